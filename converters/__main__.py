@@ -1,0 +1,62 @@
+"""Run one conversion in its own process: ``python -m converters sentence_transformer ...``.
+
+The API starts conversions this way so that minutes of torch work never share the event
+loop or the GIL with request handling, memory is returned when the process exits, and a
+killed conversion can only leave a staging folder behind. The protocol is one JSON object
+per stdout line: ``{"stage": ...}`` while working, then ``{"result": ...}`` or
+``{"error": ..., "reason": "not_found" | "failed"}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from converters.sources import SourceNotFound, resolve_sentence_transformer
+from converters.triton_config import DeploymentOptions
+
+EXIT_NOT_FOUND = 2
+EXIT_FAILED = 3
+
+
+def _emit(payload: dict[str, object]) -> None:
+    sys.stdout.write(json.dumps(payload) + "\n")
+    sys.stdout.flush()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m converters")
+    parser.add_argument("kind", choices=["sentence_transformer"])
+    parser.add_argument("--model-name", required=True)
+    parser.add_argument("--triton-name", required=True)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--options", default="{}", help="DeploymentOptions as JSON")
+    args = parser.parse_args(argv)
+    options = DeploymentOptions(**json.loads(args.options))
+    try:
+        _emit({"stage": "download"})
+        source = resolve_sentence_transformer(args.model_name)
+        from converters import sentence_transformer
+
+        metadata = sentence_transformer.convert(
+            source,
+            args.model_name,
+            args.triton_name,
+            args.out,
+            options,
+            progress=lambda stage: _emit({"stage": stage}),
+        )
+    except SourceNotFound as error:
+        _emit({"error": str(error), "reason": "not_found"})
+        return EXIT_NOT_FOUND
+    except Exception as error:  # noqa: BLE001 - any failure is reported to the caller
+        _emit({"error": f"{type(error).__name__}: {error}", "reason": "failed"})
+        return EXIT_FAILED
+    _emit({"result": metadata})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,93 @@
+"""Run a converter in a child process and report its outcome as service errors.
+
+The child (``python -m converters``) does minutes of torch work; keeping it out of the API
+process means the event loop and the GIL stay free for requests, and the API never imports
+torch at all.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from converters.triton_config import DeploymentOptions
+from embed_server.errors import ConversionFailed, ModelNotFound
+
+logger = logging.getLogger(__name__)
+_PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+
+async def run_converter(
+    kind: str,
+    model_name: str,
+    triton_name: str,
+    out_dir: Path,
+    options: DeploymentOptions,
+    timeout_s: float,
+    on_stage: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_PROJECT_ROOT), env.get("PYTHONPATH")) if p)
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "converters",
+        kind,
+        "--model-name",
+        model_name,
+        "--triton-name",
+        triton_name,
+        "--out",
+        str(out_dir),
+        "--options",
+        json.dumps(asdict(options)),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=env,
+    )
+    outcome: dict[str, Any] = {}
+
+    async def read_stdout() -> None:
+        assert process.stdout is not None
+        async for raw in process.stdout:
+            try:
+                message = json.loads(raw)
+            except ValueError:
+                continue
+            if "stage" in message and on_stage is not None:
+                on_stage(message["stage"])
+            outcome.update({k: v for k, v in message.items() if k != "stage"})
+
+    async def drain_stderr() -> bytes:
+        assert process.stderr is not None
+        return await process.stderr.read()
+
+    try:
+        _, stderr = await asyncio.wait_for(
+            asyncio.gather(read_stdout(), drain_stderr()), timeout=timeout_s
+        )
+        await process.wait()
+    except asyncio.TimeoutError:
+        process.kill()
+        await process.wait()
+        raise ConversionFailed(
+            f"model_name: conversion of {model_name!r} did not finish in {timeout_s:.0f} s"
+        ) from None
+    except asyncio.CancelledError:
+        process.kill()
+        raise
+
+    if process.returncode == 0 and "result" in outcome:
+        return outcome["result"]
+    if outcome.get("reason") == "not_found":
+        raise ModelNotFound(f"model_name: {outcome['error']}")
+    logger.error("conversion of %s failed: %s", model_name, stderr.decode(errors="replace")[-4000:])
+    reason = outcome.get("error") or f"converter exited with status {process.returncode}"
+    raise ConversionFailed(f"model_name: could not convert {model_name!r}: {reason}")

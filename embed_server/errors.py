@@ -1,0 +1,40 @@
+"""Failures the service raises, each carrying the HTTP status it means.
+
+The core raises these without knowing about FastAPI; ``embed_server.api.app`` turns them
+into ``{"detail": message}`` responses. Messages name the field and item at fault and
+never carry stack traces or internal paths.
+"""
+
+from __future__ import annotations
+
+
+class ServiceError(Exception):
+    status_code = 500
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class BadRequest(ServiceError):
+    status_code = 400
+
+
+class ModelNotFound(ServiceError):
+    """The model is unknown, not converted, or not loaded."""
+
+    status_code = 404
+
+
+class ConversionFailed(ServiceError):
+    status_code = 422
+
+
+class TritonUnavailable(ServiceError):
+    status_code = 503
+
+
+class TritonError(ServiceError):
+    """Triton answered with an error that is not the caller's fault."""
+
+    status_code = 502

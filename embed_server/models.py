@@ -1,0 +1,139 @@
+"""Model lifecycle: convert into the repository, load, unload, delete, list.
+
+State lives in the model repository and in Triton, never in this object, so any number of
+API workers can share them; per-model locks (``ModelLocks``) order concurrent changes.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from converters.triton_config import DeploymentOptions
+from embed_server.conversion import run_converter
+from embed_server.errors import ModelNotFound
+from embed_server.model_lock import ModelLocks
+from embed_server.model_names import ModelRef, sentence_transformer_ref
+from embed_server.repository import ModelRepository
+from embed_server.settings import Settings
+from embed_server.triton import TritonGateway
+
+logger = logging.getLogger(__name__)
+
+
+def deployment_options(settings: Settings) -> DeploymentOptions:
+    return DeploymentOptions(
+        backend=settings.resolved_backend(),
+        max_batch_size=settings.max_batch_size,
+        max_queue_delay_us=settings.max_queue_delay_us,
+        instance_count=settings.instance_count,
+        instance_kind=settings.resolved_instance_kind(),
+        intra_op_threads=settings.ort_intra_op_threads,
+        padding_efficiency=settings.padding_efficiency,
+        warmup=settings.warmup,
+    )
+
+
+class ModelManager:
+    def __init__(
+        self, settings: Settings, repository: ModelRepository, triton: TritonGateway
+    ) -> None:
+        self._settings = settings
+        self._repository = repository
+        self._triton = triton
+        self._locks = ModelLocks(repository.root / ".locks")
+
+    def resolve(self, model_name: str, pretrained: str | None = None) -> ModelRef:
+        """Validate a request's model fields and name the Triton models behind them."""
+        return sentence_transformer_ref(model_name, self._settings.local_model_dirs)
+
+    def triton_names(self, ref: ModelRef) -> list[str]:
+        metadata = self._repository.metadata(ref.triton_base)
+        if metadata is None:
+            return [ref.triton_base]
+        return list(metadata["triton_models"].values())
+
+    async def load(
+        self, ref: ModelRef, on_stage: Callable[[str], None] | None = None
+    ) -> str:
+        """Convert ``ref`` if the repository lacks it, then load it; returns a message."""
+        async with self._locks.hold(ref.triton_base):
+            names = self.triton_names(ref)
+            if self._repository.is_complete(ref.triton_base):
+                ready = [await self._triton.is_model_ready(n) for n in names]
+                if all(ready):
+                    return f"Model {ref.name} is already loaded."
+            else:
+                await self._convert(ref, on_stage)
+                names = self.triton_names(ref)
+            if on_stage is not None:
+                on_stage("load")
+            started = time.perf_counter()
+            for name in names:
+                await self._triton.load(name, self._settings.conversion_timeout_s)
+            logger.info("loaded %s in %.1f s", ref.name, time.perf_counter() - started)
+            return f"Model {ref.name} loaded."
+
+    async def _convert(self, ref: ModelRef, on_stage: Callable[[str], None] | None) -> None:
+        staging = self._repository.new_staging_dir()
+        started = time.perf_counter()
+        try:
+            await run_converter(
+                ref.kind,
+                ref.name,
+                ref.triton_base,
+                staging,
+                deployment_options(self._settings),
+                self._settings.conversion_timeout_s,
+                on_stage,
+            )
+            # A folder without metadata is debris of an older failure, never a model.
+            self._repository.delete(ref.triton_base)
+            self._repository.commit(staging, ref.triton_base)
+        finally:
+            self._repository.discard(staging)
+        logger.info("converted %s in %.1f s", ref.name, time.perf_counter() - started)
+
+    async def unload(self, ref: ModelRef) -> str:
+        async with self._locks.hold(ref.triton_base):
+            names = self.triton_names(ref)
+            ready = [n for n in names if await self._triton.is_model_ready(n)]
+            if not ready:
+                raise ModelNotFound(f"model_name: {ref.name!r} is not loaded")
+            for name in ready:
+                await self._triton.unload(name)
+            return f"Model {ref.name} unloaded."
+
+    async def delete(self, ref: ModelRef) -> str:
+        async with self._locks.hold(ref.triton_base):
+            names = self.triton_names(ref)
+            in_repository = self._repository.path(ref.triton_base).is_dir()
+            ready = [n for n in names if await self._triton.is_model_ready(n)]
+            if not in_repository and not ready:
+                raise ModelNotFound(f"model_name: {ref.name!r} is not in the model repository")
+            for name in ready:
+                await self._triton.unload(name)
+            self._repository.delete(ref.triton_base)
+            return f"Model {ref.name} deleted."
+
+    async def loaded_models(self) -> list[dict[str, Any]]:
+        ready = await self._triton.ready_models()
+        return [
+            _summary(meta)
+            for meta in self._repository.list_models()
+            if set(meta["triton_models"].values()) <= ready
+        ]
+
+    async def repository_models(self) -> list[dict[str, Any]]:
+        ready = await self._triton.ready_models()
+        return [
+            {**_summary(meta), "loaded": set(meta["triton_models"].values()) <= ready}
+            for meta in self._repository.list_models()
+        ]
+
+
+def _summary(meta: dict[str, Any]) -> dict[str, Any]:
+    keys = ("model_name", "pretrained", "kind", "triton_models", "embedding_dim", "max_seq_length")
+    return {k: meta[k] for k in keys if k in meta}

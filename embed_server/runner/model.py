@@ -1,0 +1,148 @@
+"""The project's one ONNX Runtime runner, served by Triton as a Python-based backend.
+
+Every generated model whose config says ``backend: "onnxruntime_python"`` runs through this
+file; everything model-specific (the ONNX file, thread counts, padding policy) comes from
+the model's folder and ``config.pbtxt``.
+
+Text models take ragged batches: the dynamic batcher hands ``execute`` requests padded to
+their own longest text. The runner strips that padding, sorts every text in the batch by
+length and runs ONNX Runtime on sub-batches whose padding stays within the configured
+efficiency, so a long text never makes a batch of short ones pay for its length.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any
+
+# The backend stub's interpreter ignores PYTHONPATH; the launcher names the environment
+# holding onnxruntime and numpy here instead (unset on images that install them globally).
+sys.path[:0] = [p for p in os.environ.get("EMBED_RUNNER_SITE_PACKAGES", "").split(":") if p]
+
+import numpy as np  # noqa: E402
+import onnxruntime as ort  # noqa: E402
+import triton_python_backend_utils as pb_utils  # noqa: E402
+
+TOKEN_INPUTS = ("input_ids", "attention_mask")
+
+
+def plan_sub_batches(lengths: np.ndarray, efficiency: float, max_rows: int) -> list[np.ndarray]:
+    """Group row indices by length so that real/padded tokens >= ``efficiency`` per group.
+
+    Rows are taken shortest first; a group closes when adding the next (longer) row would
+    pad the group below the target or when it holds ``max_rows`` rows.
+    """
+    order = np.argsort(lengths, kind="stable")
+    groups: list[np.ndarray] = []
+    start = 0
+    real = 0
+    for position, row in enumerate(order):
+        length = int(lengths[row])
+        count = position - start + 1
+        if position > start and (
+            count > max_rows or (real + length) < efficiency * count * length
+        ):
+            groups.append(order[start:position])
+            start, real = position, 0
+        real += length
+    if start < len(order):
+        groups.append(order[start:])
+    return groups
+
+
+class TritonPythonModel:
+    """initialize / execute / finalize, nothing else."""
+
+    def initialize(self, args: dict[str, Any]) -> None:
+        config = json.loads(args["model_config"])
+        params = {k: v["string_value"] for k, v in config.get("parameters", {}).items()}
+        model_path = os.path.join(
+            args["model_repository"], args["model_version"], params.get("onnx_file", "model.onnx")
+        )
+        options = ort.SessionOptions()
+        threads = int(params.get("intra_op_threads", "0"))
+        if threads > 0:
+            options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        # Spinning threads steal the cores the facade and Triton need between batches.
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        providers = ["CPUExecutionProvider"]
+        if args.get("model_instance_kind") == "GPU" and "CUDAExecutionProvider" in (
+            ort.get_available_providers()
+        ):
+            device = int(args.get("model_instance_device_id", "0"))
+            providers.insert(0, ("CUDAExecutionProvider", {"device_id": device}))
+        self.session = ort.InferenceSession(model_path, options, providers=providers)
+        self.input_names = [i.name for i in self.session.get_inputs()]
+        self.output_names = [o.name for o in self.session.get_outputs()]
+        self.ragged = all(name in self.input_names for name in TOKEN_INPUTS)
+        self.efficiency = float(params.get("padding_efficiency", "0.9"))
+        self.max_rows = max(1, int(config.get("max_batch_size", 0)) or 64)
+
+    def execute(self, requests: list[Any]) -> list[Any]:
+        try:
+            feeds = [self._inputs(request) for request in requests]
+            if self.ragged:
+                outputs = self._run_text(feeds)
+            else:
+                outputs = self._run_dense(feeds)
+        except Exception as error:  # noqa: BLE001 - reported to each client, not raised
+            message = f"inference failed: {error}"
+            return [pb_utils.InferenceResponse(error=pb_utils.TritonError(message))] * len(
+                requests
+            )
+        return [self._response(request, out) for request, out in zip(requests, outputs)]
+
+    def finalize(self) -> None:
+        self.session = None
+
+    def _inputs(self, request: Any) -> dict[str, np.ndarray]:
+        return {
+            name: pb_utils.get_input_tensor_by_name(request, name).as_numpy()
+            for name in self.input_names
+        }
+
+    def _run_dense(self, feeds: list[dict[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
+        merged = {name: np.concatenate([f[name] for f in feeds]) for name in self.input_names}
+        results = self.session.run(self.output_names, merged)
+        bounds = np.cumsum([0] + [len(f[self.input_names[0]]) for f in feeds])
+        return [
+            {name: out[lo:hi] for name, out in zip(self.output_names, results)}
+            for lo, hi in zip(bounds[:-1], bounds[1:])
+        ]
+
+    def _run_text(self, feeds: list[dict[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
+        rows_ids = [row for f in feeds for row in f["input_ids"]]
+        lengths = np.array(
+            [int(m.sum()) for f in feeds for m in f["attention_mask"]], dtype=np.int64
+        )
+        lengths = np.maximum(lengths, 1)
+        results: dict[str, np.ndarray] = {}
+        for group in plan_sub_batches(lengths, self.efficiency, self.max_rows):
+            width = int(lengths[group].max())
+            ids = np.zeros((len(group), width), dtype=np.int64)
+            mask = np.zeros((len(group), width), dtype=np.int64)
+            for slot, row in enumerate(group):
+                n = int(lengths[row])
+                ids[slot, :n] = rows_ids[row][:n]
+                mask[slot, :n] = 1
+            outs = self.session.run(
+                self.output_names, {"input_ids": ids, "attention_mask": mask}
+            )
+            for name, out in zip(self.output_names, outs):
+                if name not in results:
+                    results[name] = np.empty((len(lengths), *out.shape[1:]), dtype=out.dtype)
+                results[name][group] = out
+        bounds = np.cumsum([0] + [len(f["input_ids"]) for f in feeds])
+        return [
+            {name: arr[lo:hi] for name, arr in results.items()}
+            for lo, hi in zip(bounds[:-1], bounds[1:])
+        ]
+
+    def _response(self, request: Any, outputs: dict[str, np.ndarray]) -> Any:
+        wanted = request.requested_output_names() or self.output_names
+        tensors = [pb_utils.Tensor(name, np.ascontiguousarray(outputs[name])) for name in wanted]
+        return pb_utils.InferenceResponse(output_tensors=tensors)

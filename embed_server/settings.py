@@ -1,0 +1,88 @@
+"""The one place configuration comes from: environment variables prefixed ``EMBED_``.
+
+Every module receives a :class:`Settings` instance instead of reading the environment
+itself, so a test can build the whole server from one object and the README can list
+every knob from this file.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from typing_extensions import Annotated
+
+DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
+
+
+def _split(value: object, sep: str) -> list[str]:
+    if isinstance(value, str):
+        return [part.strip() for part in value.split(sep) if part.strip()]
+    return list(value)  # type: ignore[arg-type]
+
+
+class Settings(BaseSettings):
+    """Typed view of the ``EMBED_*`` environment."""
+
+    model_config = SettingsConfigDict(env_prefix="EMBED_", extra="ignore")
+
+    host: str = "127.0.0.1"
+    port: int = 8686
+
+    model_repository: Path = Path("model_repository")
+    default_models: Annotated[list[str], NoDecode] = Field(default_factory=lambda: [DEFAULT_MODEL])
+    local_model_dirs: Annotated[list[Path], NoDecode] = Field(default_factory=list)
+
+    triton_grpc_url: str = "127.0.0.1:8001"
+    triton_http_port: int = 8000
+    triton_grpc_port: int = 8001
+    triton_metrics_port: int = 8002
+    # "auto" picks Triton's native ONNX Runtime backend when the server has one (NGC image)
+    # and the project's Python runner otherwise (the pip-installed server).
+    triton_backend: Literal["auto", "onnxruntime", "python"] = "auto"
+    triton_backends_dir: Path = Path("/opt/tritonserver/backends")
+
+    max_batch_size: int = Field(default=64, ge=1)
+    max_queue_delay_us: int = Field(default=2000, ge=0)
+    instance_count: int = Field(default=1, ge=1)
+    instance_kind: Literal["auto", "cpu", "gpu"] = "auto"
+    ort_intra_op_threads: int = Field(default=0, ge=0)
+    # Share of real tokens the runner demands of each sub-batch it runs; below it a
+    # dynamic batch is split by length instead of being padded to its longest text.
+    padding_efficiency: float = Field(default=0.9, gt=0.0, le=1.0)
+    # Length buckets for the native backend, which cannot take ragged batches.
+    pad_to_multiple_of: int = Field(default=16, ge=1)
+    warmup: bool = True
+
+    conversion_timeout_s: float = Field(default=1800.0, gt=0)
+    triton_timeout_s: float = Field(default=60.0, gt=0)
+
+    @field_validator("default_models", mode="before")
+    @classmethod
+    def _comma_list(cls, value: object) -> list[str]:
+        return _split(value, ",")
+
+    @field_validator("local_model_dirs", mode="before")
+    @classmethod
+    def _colon_list(cls, value: object) -> list[str]:
+        return _split(value, ":")
+
+    def resolved_backend(self) -> Literal["onnxruntime", "python"]:
+        """The backend generated configs name, after resolving ``auto``."""
+        if self.triton_backend != "auto":
+            return self.triton_backend
+        native = self.triton_backends_dir / "onnxruntime"
+        return "onnxruntime" if native.is_dir() else "python"
+
+    def resolved_instance_kind(self) -> Literal["cpu", "gpu"]:
+        if self.instance_kind != "auto":
+            return self.instance_kind
+        return "gpu" if Path("/dev/nvidia0").exists() else "cpu"
+
+
+@lru_cache
+def get_settings() -> Settings:
+    return Settings()

@@ -1,0 +1,111 @@
+"""The only module that talks to Triton: one persistent gRPC (asyncio) channel per process.
+
+Triton's failures are translated here into the service's errors, so callers never see a
+``tritonclient`` exception: an unreachable server is 503, an unknown or unready model 404.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import tritonclient.grpc.aio as grpcclient
+from tritonclient.utils import InferenceServerException, np_to_triton_dtype
+
+from embed_server.errors import BadRequest, ModelNotFound, TritonError, TritonUnavailable
+
+_UNREACHABLE_HINTS = ("failed to connect", "connection refused", "socket closed", "connect failed")
+
+
+def _translate(error: InferenceServerException, model: str | None = None) -> Exception:
+    status = str(error.status() or "")
+    message = str(error.message() or "")
+    lowered = message.lower()
+    if "UNAVAILABLE" in status and any(hint in lowered for hint in _UNREACHABLE_HINTS):
+        return TritonUnavailable("Triton is not reachable")
+    if "DEADLINE_EXCEEDED" in status:
+        return TritonUnavailable("Triton did not answer in time")
+    if model is not None and (
+        "NOT_FOUND" in status or "not found" in lowered or "is not ready" in lowered
+        or "unavailable" in lowered or "unknown model" in lowered
+    ):
+        return ModelNotFound(f"model {model!r} is not loaded in Triton")
+    if "INVALID_ARGUMENT" in status:
+        return BadRequest(f"Triton refused the request: {message}")
+    if "UNAVAILABLE" in status:
+        return TritonUnavailable(f"Triton is not available: {message}")
+    return TritonError(f"Triton error: {message}")
+
+
+class TritonGateway:
+    def __init__(self, url: str, timeout_s: float) -> None:
+        self._client = grpcclient.InferenceServerClient(url=url)
+        self._timeout_s = timeout_s
+
+    async def close(self) -> None:
+        await self._client.close()
+
+    async def is_ready(self) -> bool:
+        try:
+            return bool(await self._client.is_server_ready(client_timeout=2.0))
+        except InferenceServerException:
+            return False
+
+    async def infer(
+        self, model: str, inputs: dict[str, np.ndarray], outputs: list[str]
+    ) -> dict[str, np.ndarray]:
+        tensors = []
+        for name, array in inputs.items():
+            tensor = grpcclient.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
+            tensor.set_data_from_numpy(array)
+            tensors.append(tensor)
+        requested = [grpcclient.InferRequestedOutput(name) for name in outputs]
+        try:
+            result = await self._client.infer(
+                model, tensors, outputs=requested, client_timeout=self._timeout_s
+            )
+        except InferenceServerException as error:
+            raise _translate(error, model) from None
+        return {name: result.as_numpy(name) for name in outputs}
+
+    async def load(self, model: str, timeout_s: float) -> None:
+        try:
+            await self._client.load_model(model, client_timeout=timeout_s)
+        except InferenceServerException as error:
+            translated = _translate(error)
+            if isinstance(translated, TritonUnavailable):
+                raise translated from None
+            raise TritonError(f"Triton could not load {model!r}: {error.message()}") from None
+
+    async def unload(self, model: str) -> None:
+        try:
+            await self._client.unload_model(model, client_timeout=self._timeout_s)
+        except InferenceServerException as error:
+            raise _translate(error, model) from None
+
+    async def is_model_ready(self, model: str) -> bool:
+        try:
+            return bool(await self._client.is_model_ready(model, client_timeout=self._timeout_s))
+        except InferenceServerException as error:
+            translated = _translate(error, model)
+            if isinstance(translated, TritonUnavailable):
+                raise translated from None
+            return False
+
+    async def ready_models(self) -> set[str]:
+        try:
+            index = await self._client.get_model_repository_index(
+                as_json=True, client_timeout=self._timeout_s
+            )
+        except InferenceServerException as error:
+            raise _translate(error) from None
+        return {m["name"] for m in index.get("models", []) if m.get("state") == "READY"}
+
+    async def statistics(self) -> list[dict[str, Any]]:
+        try:
+            stats = await self._client.get_inference_statistics(
+                as_json=True, client_timeout=self._timeout_s
+            )
+        except InferenceServerException as error:
+            raise _translate(error) from None
+        return list(stats.get("model_stats", []))
