@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     except SourceNotFound as error:
         _emit({"error": str(error), "reason": "not_found"})
         return EXIT_NOT_FOUND
-    except Exception as error:  # noqa: BLE001 - any failure is reported to the caller
+    except Exception as error:
         _emit({"error": f"{type(error).__name__}: {error}", "reason": "failed"})
         return EXIT_FAILED
     _emit({"result": metadata})

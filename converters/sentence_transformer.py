@@ -142,7 +142,10 @@ def convert(
             TensorSpec("input_ids", "int64", (-1,), ragged=True),
             TensorSpec("attention_mask", "int64", (-1,), ragged=True),
         ],
-        outputs=[TensorSpec("embedding", "float32", (dim,)), TensorSpec("unnormalized", "float32", (dim,))],
+        outputs=[
+            TensorSpec("embedding", "float32", (dim,)),
+            TensorSpec("unnormalized", "float32", (dim,)),
+        ],
         warmup_dims={"input_ids": (16,), "attention_mask": (16,)},
     )
     (out_dir / "config.pbtxt").write_text(render_config(triton_name, signature, options))

@@ -56,7 +56,7 @@ def _hub_snapshot(repo_id: str) -> Path:
         raise SourceNotFound(f"{repo_id} is not in the local Hugging Face cache (offline mode)")
     try:
         return Path(snapshot_download(repo_id))
-    except Exception as error:  # noqa: BLE001 - every hub failure means "cannot get it"
+    except Exception as error:
         raise SourceNotFound(
             f"{repo_id} is not in the local Hugging Face cache and could not be downloaded: "
             f"{type(error).__name__}"

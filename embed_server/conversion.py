@@ -74,7 +74,7 @@ async def run_converter(
             asyncio.gather(read_stdout(), drain_stderr()), timeout=timeout_s
         )
         await process.wait()
-    except asyncio.TimeoutError:
+    except TimeoutError:
         process.kill()
         await process.wait()
         raise ConversionFailed(

@@ -58,7 +58,11 @@ class InferenceService:
         return preprocessor
 
     async def embed(
-        self, ref: ModelRef, texts: list[str] | None, images: list[str] | None, normalize: bool | None
+        self,
+        ref: ModelRef,
+        texts: list[str] | None,
+        images: list[str] | None,
+        normalize: bool | None,
     ) -> Embeddings:
         metadata = self._model(ref)
         if images:

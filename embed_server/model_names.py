@@ -80,4 +80,6 @@ def _digest(*parts: str) -> str:
 def sentence_transformer_ref(name: str, allowed_dirs: list[Path]) -> ModelRef:
     validate_source_name(name, "model_name", allowed_dirs)
     shown = Path(name).name if name.startswith("/") else name
-    return ModelRef(name=name, kind="sentence_transformer", triton_base=f"{_slug(shown)}_{_digest(name)}")
+    return ModelRef(
+        name=name, kind="sentence_transformer", triton_base=f"{_slug(shown)}_{_digest(name)}"
+    )

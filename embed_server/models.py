@@ -55,9 +55,7 @@ class ModelManager:
             return [ref.triton_base]
         return list(metadata["triton_models"].values())
 
-    async def load(
-        self, ref: ModelRef, on_stage: Callable[[str], None] | None = None
-    ) -> str:
+    async def load(self, ref: ModelRef, on_stage: Callable[[str], None] | None = None) -> str:
         """Convert ``ref`` if the repository lacks it, then load it; returns a message."""
         async with self._locks.hold(ref.triton_base):
             names = self.triton_names(ref)

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
-from typing_extensions import Annotated
 
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 
@@ -31,6 +30,7 @@ class Settings(BaseSettings):
 
     host: str = "127.0.0.1"
     port: int = 8686
+    workers: int = Field(default=1, ge=1)
 
     model_repository: Path = Path("model_repository")
     default_models: Annotated[list[str], NoDecode] = Field(default_factory=lambda: [DEFAULT_MODEL])

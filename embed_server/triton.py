@@ -26,8 +26,11 @@ def _translate(error: InferenceServerException, model: str | None = None) -> Exc
     if "DEADLINE_EXCEEDED" in status:
         return TritonUnavailable("Triton did not answer in time")
     if model is not None and (
-        "NOT_FOUND" in status or "not found" in lowered or "is not ready" in lowered
-        or "unavailable" in lowered or "unknown model" in lowered
+        "NOT_FOUND" in status
+        or "not found" in lowered
+        or "is not ready" in lowered
+        or "unavailable" in lowered
+        or "unknown model" in lowered
     ):
         return ModelNotFound(f"model {model!r} is not loaded in Triton")
     if "INVALID_ARGUMENT" in status:

@@ -50,7 +50,8 @@ def build_backend_directory(target: Path) -> Path:
     backend_src = root / "tritonserver" / "backends" / "python"
     sources = {
         python_dir / "libtriton_python.so": backend_src / "libtriton_python.so",
-        python_dir / "triton_python_backend_utils.py": backend_src / "triton_python_backend_utils.py",
+        python_dir / "triton_python_backend_utils.py": backend_src
+        / "triton_python_backend_utils.py",
         python_dir / "triton_python_backend_stub": _stub_path(root),
         runner_dir / "model.py": _RUNNER_SOURCE,
     }

@@ -64,13 +64,17 @@ async def infer(body: InferRequest, request: Request) -> Response:
 @router.post("/unload_model", response_model=MessageResponse, responses=_ERRORS)
 async def unload_model(body: ModelRequest, request: Request) -> MessageResponse:
     manager = _manager(request)
-    return MessageResponse(message=await manager.unload(manager.resolve(body.model_name, body.pretrained)))
+    return MessageResponse(
+        message=await manager.unload(manager.resolve(body.model_name, body.pretrained))
+    )
 
 
 @router.post("/delete_model", response_model=MessageResponse, responses=_ERRORS)
 async def delete_model(body: ModelRequest, request: Request) -> MessageResponse:
     manager = _manager(request)
-    return MessageResponse(message=await manager.delete(manager.resolve(body.model_name, body.pretrained)))
+    return MessageResponse(
+        message=await manager.delete(manager.resolve(body.model_name, body.pretrained))
+    )
 
 
 @router.get("/loaded_models", response_model=ModelsResponse, responses=_ERRORS)

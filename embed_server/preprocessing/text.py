@@ -36,7 +36,9 @@ class TextPreprocessor:
     def from_model_dir(
         cls, folder: Path, metadata: dict[str, Any], pad_to_multiple_of: int = 1
     ) -> TextPreprocessor:
-        return cls(Tokenizer.from_file(str(folder / "tokenizer.json")), metadata, pad_to_multiple_of)
+        return cls(
+            Tokenizer.from_file(str(folder / "tokenizer.json")), metadata, pad_to_multiple_of
+        )
 
     def encode(self, texts: list[str]) -> TokenBatch:
         prepared = [self._prompt + (t.lower() if self._lowercase else t) for t in texts]

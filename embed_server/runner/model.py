@@ -41,9 +41,7 @@ def plan_sub_batches(lengths: np.ndarray, efficiency: float, max_rows: int) -> l
     for position, row in enumerate(order):
         length = int(lengths[row])
         count = position - start + 1
-        if position > start and (
-            count > max_rows or (real + length) < efficiency * count * length
-        ):
+        if position > start and (count > max_rows or (real + length) < efficiency * count * length):
             groups.append(order[start:position])
             start, real = position, 0
         real += length
@@ -89,12 +87,12 @@ class TritonPythonModel:
                 outputs = self._run_text(feeds)
             else:
                 outputs = self._run_dense(feeds)
-        except Exception as error:  # noqa: BLE001 - reported to each client, not raised
+        except Exception as error:
             message = f"inference failed: {error}"
-            return [pb_utils.InferenceResponse(error=pb_utils.TritonError(message))] * len(
-                requests
-            )
-        return [self._response(request, out) for request, out in zip(requests, outputs)]
+            return [pb_utils.InferenceResponse(error=pb_utils.TritonError(message))] * len(requests)
+        return [
+            self._response(request, out) for request, out in zip(requests, outputs, strict=True)
+        ]
 
     def finalize(self) -> None:
         self.session = None
@@ -110,8 +108,8 @@ class TritonPythonModel:
         results = self.session.run(self.output_names, merged)
         bounds = np.cumsum([0] + [len(f[self.input_names[0]]) for f in feeds])
         return [
-            {name: out[lo:hi] for name, out in zip(self.output_names, results)}
-            for lo, hi in zip(bounds[:-1], bounds[1:])
+            {name: out[lo:hi] for name, out in zip(self.output_names, results, strict=True)}
+            for lo, hi in zip(bounds[:-1], bounds[1:], strict=True)
         ]
 
     def _run_text(self, feeds: list[dict[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
@@ -129,17 +127,15 @@ class TritonPythonModel:
                 n = int(lengths[row])
                 ids[slot, :n] = rows_ids[row][:n]
                 mask[slot, :n] = 1
-            outs = self.session.run(
-                self.output_names, {"input_ids": ids, "attention_mask": mask}
-            )
-            for name, out in zip(self.output_names, outs):
+            outs = self.session.run(self.output_names, {"input_ids": ids, "attention_mask": mask})
+            for name, out in zip(self.output_names, outs, strict=True):
                 if name not in results:
                     results[name] = np.empty((len(lengths), *out.shape[1:]), dtype=out.dtype)
                 results[name][group] = out
         bounds = np.cumsum([0] + [len(f["input_ids"]) for f in feeds])
         return [
             {name: arr[lo:hi] for name, arr in results.items()}
-            for lo, hi in zip(bounds[:-1], bounds[1:])
+            for lo, hi in zip(bounds[:-1], bounds[1:], strict=True)
         ]
 
     def _response(self, request: Any, outputs: dict[str, np.ndarray]) -> Any:

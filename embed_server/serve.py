@@ -1,0 +1,150 @@
+"""``make serve``: run Triton and the API together and stop both cleanly.
+
+Triton runs through ``run_triton_server_dev.sh`` (the README's way) in its own process
+group, so stopping it also stops the Python backend stubs it spawned. If Triton dies it
+is started again with back-off; the API itself keeps answering (503) meanwhile.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+from embed_server.settings import Settings
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+_STOP_GRACE_S = 20.0
+
+
+def _log(message: str) -> None:
+    print(f"[serve] {message}", flush=True)
+
+
+def _triton_live(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/health/live", timeout=1) as r:
+            return r.status == 200
+    except OSError:
+        return False
+
+
+def _stop_group(process: subprocess.Popen[bytes], name: str) -> None:
+    if process.poll() is not None:
+        return
+    try:
+        os.killpg(process.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    try:
+        process.wait(timeout=_STOP_GRACE_S)
+    except subprocess.TimeoutExpired:
+        _log(f"{name} did not stop in {_STOP_GRACE_S:.0f} s; killing it")
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+
+class Supervisor:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.triton: subprocess.Popen[bytes] | None = None
+        self.api: subprocess.Popen[bytes] | None = None
+        self.stopping = False
+
+    def start_triton(self) -> None:
+        env = dict(os.environ)
+        env.update(
+            MODEL_REPOSITORY=str(self.settings.model_repository.resolve()),
+            TRITON_HTTP_PORT=str(self.settings.triton_http_port),
+            TRITON_GRPC_PORT=str(self.settings.triton_grpc_port),
+            TRITON_METRICS_PORT=str(self.settings.triton_metrics_port),
+            PYTHON=sys.executable,
+        )
+        self.triton = subprocess.Popen(
+            ["bash", str(PROJECT_ROOT / "run_triton_server_dev.sh")],
+            env=env,
+            start_new_session=True,
+        )
+
+    def start_api(self) -> None:
+        env = dict(os.environ)
+        env.setdefault("EMBED_TRITON_GRPC_URL", f"127.0.0.1:{self.settings.triton_grpc_port}")
+        self.api = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "uvicorn",
+                "app:app",
+                "--host",
+                self.settings.host,
+                "--port",
+                str(self.settings.port),
+                "--workers",
+                str(self.settings.workers),
+                "--no-access-log",
+            ],
+            cwd=PROJECT_ROOT,
+            env=env,
+            start_new_session=True,
+        )
+
+    def wait_for_triton(self, timeout_s: float = 120.0) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and not self.stopping:
+            if self.triton is not None and self.triton.poll() is not None:
+                return False
+            if _triton_live(self.settings.triton_http_port):
+                return True
+            time.sleep(0.3)
+        return False
+
+    def stop(self, *_: object) -> None:
+        self.stopping = True
+
+    def run(self) -> int:
+        signal.signal(signal.SIGTERM, self.stop)
+        signal.signal(signal.SIGINT, self.stop)
+        self.start_triton()
+        if not self.wait_for_triton():
+            _log("Triton did not start; see its log above")
+            self.shutdown()
+            return 1
+        self.start_api()
+        _log(
+            f"API listening on http://{self.settings.host}:{self.settings.port} (Triton HTTP "
+            f":{self.settings.triton_http_port}, gRPC :{self.settings.triton_grpc_port})"
+        )
+        backoff = 1.0
+        while not self.stopping:
+            time.sleep(0.2)
+            if self.api is not None and self.api.poll() is not None:
+                _log(f"API exited with status {self.api.returncode}; stopping")
+                break
+            if self.triton is not None and self.triton.poll() is not None and not self.stopping:
+                _log(
+                    f"Triton exited with status {self.triton.returncode}; "
+                    f"restarting in {backoff:.0f} s"
+                )
+                time.sleep(backoff)
+                backoff = min(backoff * 2, 30.0)
+                self.start_triton()
+                if self.wait_for_triton():
+                    backoff = 1.0
+        self.shutdown()
+        return 0
+
+    def shutdown(self) -> None:
+        _log("stopping")
+        if self.api is not None:
+            _stop_group(self.api, "API")
+        if self.triton is not None:
+            _stop_group(self.triton, "Triton")
+        _log("stopped")
+
+
+def main() -> int:
+    return Supervisor(Settings()).run()
