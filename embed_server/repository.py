@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -79,11 +80,18 @@ class ModelRepository:
         shutil.rmtree(trash, ignore_errors=True)
         return True
 
-    def remove_leftovers(self) -> list[str]:
-        """Delete staging and trash folders left by a crash or a killed conversion."""
+    def remove_leftovers(self, older_than_s: float = 0.0) -> list[str]:
+        """Delete staging and trash folders left by a crash or a killed conversion.
+
+        Only folders older than ``older_than_s`` go: another API worker may be converting
+        into a younger one right now.
+        """
         removed = []
+        cutoff = time.time() - older_than_s
         for entry in self.root.iterdir():
-            if entry.name.startswith((_STAGING_PREFIX, _TRASH_PREFIX)):
+            if entry.name.startswith((_STAGING_PREFIX, _TRASH_PREFIX)) and (
+                entry.stat().st_mtime <= cutoff
+            ):
                 shutil.rmtree(entry, ignore_errors=True)
                 removed.append(entry.name)
         return removed

@@ -11,6 +11,7 @@ whoever started it can signal the server directly.
 from __future__ import annotations
 
 import argparse
+import filecmp
 import importlib.util
 import os
 import shutil
@@ -56,11 +57,14 @@ def build_backend_directory(target: Path) -> Path:
         runner_dir / "model.py": _RUNNER_SOURCE,
     }
     # Copies, not symlinks: Triton refuses a backend library that resolves outside the
-    # backend directory.
+    # backend directory. Replaced atomically, so a running server never sees a file change
+    # under it.
     for copy, source in sources.items():
-        if copy.is_symlink():
-            copy.unlink()
-        shutil.copy2(source, copy)
+        if copy.is_file() and not copy.is_symlink() and filecmp.cmp(source, copy, shallow=False):
+            continue
+        partial = copy.with_name(f".{copy.name}.{os.getpid()}")
+        shutil.copy2(source, partial)
+        os.replace(partial, copy)
     return target
 
 

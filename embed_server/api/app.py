@@ -42,10 +42,15 @@ async def _load_defaults(app: FastAPI, settings: Settings) -> None:
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         repository = ModelRepository(settings.model_repository)
+        for leftover in repository.remove_leftovers(older_than_s=settings.conversion_timeout_s):
+            logger.warning("removed unfinished folder %s", leftover)
         triton = TritonGateway(settings.triton_grpc_url, settings.triton_timeout_s)
         app.state.triton = triton
         app.state.models = ModelManager(settings, repository, triton)

@@ -1,0 +1,39 @@
+from pathlib import Path
+
+from embed_server.settings import DEFAULT_MODEL, Settings
+from embed_server.statistics import model_stats
+
+
+def test_default_models_from_environment(monkeypatch):
+    assert Settings().default_models == [DEFAULT_MODEL]
+    monkeypatch.setenv("EMBED_DEFAULT_MODELS", "")
+    assert Settings().default_models == []
+    monkeypatch.setenv("EMBED_DEFAULT_MODELS", "a/b, c/d")
+    assert Settings().default_models == ["a/b", "c/d"]
+
+
+def test_local_model_dirs_are_colon_separated(monkeypatch):
+    monkeypatch.setenv("EMBED_LOCAL_MODEL_DIRS", "/models:/data/more")
+    assert Settings().local_model_dirs == [Path("/models"), Path("/data/more")]
+
+
+def test_backend_auto_picks_native_only_where_triton_has_it(tmp_path):
+    assert Settings(triton_backends_dir=tmp_path).resolved_backend() == "python"
+    (tmp_path / "onnxruntime").mkdir()
+    assert Settings(triton_backends_dir=tmp_path).resolved_backend() == "onnxruntime"
+
+
+def test_statistics_are_numbers_with_every_key():
+    raw = [
+        {
+            "name": "m",
+            "version": "1",
+            "inference_stats": {"success": {"count": "3", "ns": "90"}},
+            "batch_stats": [{"batch_size": "2", "compute_infer": {"count": "1", "ns": "5"}}],
+        }
+    ]
+    (stat,) = model_stats(raw)
+    assert stat["inference_stats"]["success"] == {"count": 3, "ns": 90}
+    assert stat["inference_stats"]["cache_miss"] == {"count": 0, "ns": 0}
+    assert stat["batch_stats"][0]["batch_size"] == 2
+    assert stat["batch_stats"][0]["compute_input"] == {"count": 0, "ns": 0}

@@ -1,0 +1,39 @@
+from converters.triton_config import DeploymentOptions, ModelSignature, TensorSpec, render_config
+
+SIGNATURE = ModelSignature(
+    inputs=[
+        TensorSpec("input_ids", "int64", (-1,), ragged=True),
+        TensorSpec("attention_mask", "int64", (-1,), ragged=True),
+    ],
+    outputs=[TensorSpec("embedding", "float32", (384,))],
+    warmup_dims={"input_ids": (16,), "attention_mask": (16,)},
+)
+
+
+def test_python_runner_config_batches_ragged_inputs():
+    text = render_config(
+        "m", SIGNATURE, DeploymentOptions(max_batch_size=48, max_queue_delay_us=500)
+    )
+    assert 'backend: "onnxruntime_python"' in text
+    assert "max_batch_size: 48" in text
+    assert "max_queue_delay_microseconds: 500" in text
+    assert text.count("allow_ragged_batch: true") == 2
+    assert "kind: KIND_CPU" in text
+    assert "model_warmup" in text and "dims: [ 16 ]" in text
+    assert 'key: "padding_efficiency"' in text
+
+
+def test_native_backend_config_has_no_ragged_inputs_and_uses_gpu():
+    options = DeploymentOptions(
+        backend="onnxruntime",
+        instance_kind="gpu",
+        instance_count=2,
+        intra_op_threads=4,
+        warmup=False,
+    )
+    text = render_config("m", SIGNATURE, options)
+    assert 'platform: "onnxruntime_onnx"' in text
+    assert "allow_ragged_batch" not in text
+    assert "kind: KIND_GPU" in text and "count: 2" in text
+    assert 'key: "intra_op_thread_count"' in text
+    assert "model_warmup" not in text
