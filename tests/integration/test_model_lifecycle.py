@@ -185,13 +185,16 @@ def test_concurrent_requests_are_batched_by_triton(client, server):
     assert any(size > 1 and count > 0 for size, count in grown.items()), grown
 
 
-def test_triton_down_gives_503_fast(tmp_path):
-    """An API whose Triton is not running answers 503 at once, not a hang or a 500."""
+def test_triton_down_gives_503_fast(server):
+    """An API whose Triton is not running answers 503 at once, not a hang or a 500.
+
+    It shares the session's repository, so the model exists on disk; only Triton is absent.
+    """
     port = free_port()
     env = dict(os.environ)
     env.update(
         EMBED_TRITON_GRPC_URL=f"127.0.0.1:{free_port()}",
-        EMBED_MODEL_REPOSITORY=str(tmp_path / "repo"),
+        EMBED_MODEL_REPOSITORY=str(server.repository),
         EMBED_DEFAULT_MODELS="",
     )
     api = subprocess.Popen(

@@ -14,11 +14,13 @@ pytestmark = pytest.mark.integration
 
 
 def processes_mentioning(text: str) -> list[str]:
-    listing = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
-    return [line for line in listing.splitlines() if text in line and "ps -eo" not in line]
+    listing = subprocess.run(
+        ["ps", "-eww", "-o", "pid,args"], capture_output=True, text=True
+    ).stdout
+    return [line for line in listing.splitlines() if text in line and "ps -eww" not in line]
 
 
-@pytest.mark.parametrize("stop_signal", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("stop_signal", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_serve_stops_triton_and_stubs_cleanly(tmp_path, tiny_models, stop_signal):
     repository = tmp_path / f"repo-{stop_signal.name}"
     server = start_server(
