@@ -28,26 +28,31 @@ def _emit(payload: dict[str, object]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m converters")
-    parser.add_argument("kind", choices=["sentence_transformer"])
+    parser.add_argument("kind", choices=["sentence_transformer", "clip"])
     parser.add_argument("--model-name", required=True)
-    parser.add_argument("--triton-name", required=True)
+    parser.add_argument("--pretrained")
+    parser.add_argument("--triton-models", required=True, help="role -> Triton name, as JSON")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--options", default="{}", help="DeploymentOptions as JSON")
     args = parser.parse_args(argv)
     options = DeploymentOptions(**json.loads(args.options))
+    triton_models = json.loads(args.triton_models)
+    progress = lambda stage: _emit({"stage": stage})  # noqa: E731
     try:
-        _emit({"stage": "download"})
-        source = resolve_sentence_transformer(args.model_name)
-        from converters import sentence_transformer
+        progress("download")
+        if args.kind == "clip":
+            from converters import clip
 
-        metadata = sentence_transformer.convert(
-            source,
-            args.model_name,
-            args.triton_name,
-            args.out,
-            options,
-            progress=lambda stage: _emit({"stage": stage}),
-        )
+            metadata = clip.convert(
+                args.model_name, args.pretrained, triton_models, args.out, options, progress
+            )
+        else:
+            from converters import sentence_transformer
+
+            source = resolve_sentence_transformer(args.model_name)
+            metadata = sentence_transformer.convert(
+                source, args.model_name, triton_models, args.out, options, progress
+            )
     except SourceNotFound as error:
         _emit({"error": str(error), "reason": "not_found"})
         return EXIT_NOT_FOUND

@@ -12,7 +12,6 @@ text to 128 tokens costs several times the compute of padding per batch.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +21,7 @@ from sentence_transformers import SentenceTransformer
 from sentence_transformers.sentence_transformer.modules import Normalize, Pooling
 from tokenizers import Tokenizer
 
+from converters.layout import ONNX_FILE, VERSION, write_metadata
 from converters.triton_config import DeploymentOptions, ModelSignature, TensorSpec, render_config
 
 ONNX_OPSET = 17
@@ -97,22 +97,24 @@ def _verify(onnx_path: Path, model: SentenceTransformer, tokenizer: Tokenizer) -
 def convert(
     source_dir: Path,
     model_name: str,
-    triton_name: str,
-    out_dir: Path,
+    triton_models: dict[str, str],
+    out_root: Path,
     options: DeploymentOptions,
     progress: Any = print,
 ) -> dict[str, Any]:
-    """Write ``out_dir`` as a complete Triton model folder and return its metadata."""
+    """Write ``out_root/<triton name>`` as a complete Triton model folder; return metadata."""
     progress("export")
+    triton_name = triton_models["text"]
+    out_dir = out_root / triton_name
     model = SentenceTransformer(str(source_dir), device="cpu", local_files_only=True).eval()
     max_length = int(model.max_seq_length or 512)
     tokenizer = _plain_tokenizer(model, max_length)
     wants_token_types = "token_type_ids" in model.tokenizer.model_input_names
     pipeline = _Pipeline(model, wants_token_types).eval()
 
-    version_dir = out_dir / "1"
+    version_dir = out_dir / VERSION
     version_dir.mkdir(parents=True)
-    onnx_path = version_dir / "model.onnx"
+    onnx_path = version_dir / ONNX_FILE
     sample = _encode_with(tokenizer, VERIFY_TEXTS[:3])
     with torch.no_grad():
         torch.onnx.export(
@@ -154,7 +156,7 @@ def convert(
         "kind": "sentence_transformer",
         "model_name": model_name,
         "source": str(source_dir),
-        "triton_models": {"text": triton_name},
+        "triton_models": triton_models,
         "embedding_dim": dim,
         "max_seq_length": max_length,
         "pooling": _pooling_mode(model),
@@ -166,5 +168,5 @@ def convert(
         "max_batch_size": options.max_batch_size,
         "verified_min_cosine": cosine,
     }
-    (out_dir / "embedding_model.json").write_text(json.dumps(metadata, indent=2))
+    write_metadata(out_dir, metadata)
     return metadata

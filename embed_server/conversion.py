@@ -19,15 +19,14 @@ from typing import Any
 
 from converters.triton_config import DeploymentOptions
 from embed_server.errors import ConversionFailed, ModelNotFound
+from embed_server.model_names import ModelRef
 
 logger = logging.getLogger(__name__)
 _PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 
 async def run_converter(
-    kind: str,
-    model_name: str,
-    triton_name: str,
+    ref: ModelRef,
     out_dir: Path,
     options: DeploymentOptions,
     timeout_s: float,
@@ -35,15 +34,16 @@ async def run_converter(
 ) -> dict[str, Any]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_PROJECT_ROOT), env.get("PYTHONPATH")) if p)
+    model_name = ref.name
+    args = ["--model-name", ref.name, "--triton-models", json.dumps(ref.triton_models)]
+    if ref.pretrained is not None:
+        args += ["--pretrained", ref.pretrained]
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
         "converters",
-        kind,
-        "--model-name",
-        model_name,
-        "--triton-name",
-        triton_name,
+        ref.kind,
+        *args,
         "--out",
         str(out_dir),
         "--options",

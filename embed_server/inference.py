@@ -1,19 +1,25 @@
 """One embedding request from validated input to arrays: preprocess, call Triton, postprocess.
 
-Requests larger than the model's ``max_batch_size`` are cut into chunks sent concurrently,
-so Triton's dynamic batcher can interleave them with other clients' requests.
+Texts and images of one request run concurrently. Inputs larger than the model's
+``max_batch_size`` are cut into chunks sent concurrently, so Triton's dynamic batcher can
+interleave them with other clients' requests. Tokenising long inputs and decoding images
+run off the event loop.
 """
 
 from __future__ import annotations
 
 import asyncio
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from embed_server.errors import BadRequest, ModelNotFound
+from embed_server.image_fetch import ImageFetcher
 from embed_server.model_names import ModelRef
+from embed_server.preprocessing.clip_tokenizer import ClipTokenizer
+from embed_server.preprocessing.image import ImageSpec, decode_and_prepare
 from embed_server.preprocessing.text import TextPreprocessor
 from embed_server.repository import ModelRepository
 from embed_server.triton import TritonGateway
@@ -25,7 +31,14 @@ _INLINE_TOKENIZE_CHARS = 20_000
 @dataclass
 class Embeddings:
     text: np.ndarray | None
+    image: np.ndarray | None
     token_count: int
+
+
+@dataclass(frozen=True)
+class ImageLimits:
+    max_images: int
+    max_pixels: int
 
 
 def l2_normalize(vectors: np.ndarray) -> np.ndarray:
@@ -34,28 +47,47 @@ def l2_normalize(vectors: np.ndarray) -> np.ndarray:
 
 
 class InferenceService:
-    def __init__(self, repository: ModelRepository, triton: TritonGateway, pad_to_multiple_of: int):
+    def __init__(
+        self,
+        repository: ModelRepository,
+        triton: TritonGateway,
+        fetcher: ImageFetcher,
+        image_pool: ThreadPoolExecutor,
+        limits: ImageLimits,
+        pad_to_multiple_of: int,
+    ) -> None:
         self._repository = repository
         self._triton = triton
+        self._fetcher = fetcher
+        self._image_pool = image_pool
+        self._limits = limits
         self._pad_to_multiple_of = pad_to_multiple_of
-        self._preprocessors: dict[str, tuple[dict[str, Any], TextPreprocessor]] = {}
+        self._tokenizers: dict[str, tuple[dict[str, Any], Any]] = {}
 
     def _model(self, ref: ModelRef) -> dict[str, Any]:
-        metadata = self._repository.metadata(ref.triton_base)
+        metadata = self._repository.metadata(ref.primary)
         if metadata is None:
-            raise ModelNotFound(f"model_name: {ref.name!r} is not loaded")
+            label = ref.name if ref.pretrained is None else f"{ref.name} ({ref.pretrained})"
+            raise ModelNotFound(f"model_name: {label!r} is not loaded")
         return metadata
 
-    def _text_preprocessor(self, ref: ModelRef, metadata: dict[str, Any]) -> TextPreprocessor:
+    def _tokenizer(self, ref: ModelRef, metadata: dict[str, Any]) -> Any:
         """The model's tokenizer, rebuilt whenever its metadata was re-read (re-converted)."""
-        cached = self._preprocessors.get(ref.triton_base)
+        cached = self._tokenizers.get(ref.primary)
         if cached is not None and cached[0] is metadata:
             return cached[1]
-        multiple = self._pad_to_multiple_of if metadata.get("backend") == "onnxruntime" else 1
-        folder = self._repository.path(ref.triton_base)
-        preprocessor = TextPreprocessor.from_model_dir(folder, metadata, multiple)
-        self._preprocessors[ref.triton_base] = (metadata, preprocessor)
-        return preprocessor
+        folder = self._repository.path(ref.primary)
+        if metadata["kind"] == "clip":
+            text = metadata["text"]
+            tokenizer: Any = ClipTokenizer(
+                folder / text["vocab_file"], int(text["context_length"]), text["clean"]
+            )
+        else:
+            native = metadata.get("backend") == "onnxruntime"
+            multiple = self._pad_to_multiple_of if native else 1
+            tokenizer = TextPreprocessor.from_model_dir(folder, metadata, multiple)
+        self._tokenizers[ref.primary] = (metadata, tokenizer)
+        return tokenizer
 
     async def embed(
         self,
@@ -65,30 +97,89 @@ class InferenceService:
         normalize: bool | None,
     ) -> Embeddings:
         metadata = self._model(ref)
-        if images:
+        if texts is not None and not texts:
+            raise BadRequest("text: give at least one text, or leave the field out")
+        if images is not None and not images:
+            raise BadRequest("image: give at least one image, or leave the field out")
+        if not texts and not images:
+            raise BadRequest("text: give at least one text (or image, for CLIP models)")
+        if images and "image" not in metadata["triton_models"]:
             raise BadRequest(f"image: {ref.name!r} is a text model and takes no images")
-        if not texts:
-            raise BadRequest("text: give at least one text")
-        preprocessor = self._text_preprocessor(ref, metadata)
-        triton_model = metadata["triton_models"]["text"]
-        output = "unnormalized" if normalize is False else "embedding"
-        chunk = int(metadata.get("max_batch_size", 64))
-        pieces = [texts[i : i + chunk] for i in range(0, len(texts), chunk)]
+        if images and len(images) > self._limits.max_images:
+            raise BadRequest(
+                f"image: {len(images)} images exceed the limit of {self._limits.max_images}"
+            )
+        # The raw output when the caller opts out of the model's own normalisation.
+        output = (
+            "unnormalized" if normalize is False and metadata.get("normalized") else "embedding"
+        )
+        text_job = self._embed_texts(ref, metadata, texts, output) if texts else None
+        image_job = self._embed_images(metadata, images) if images else None
+        jobs = [j for j in (text_job, image_job) if j is not None]
+        results = await asyncio.gather(*jobs)
+        text_result = results.pop(0) if text_job is not None else None
+        image_vectors = results.pop(0) if image_job is not None else None
+        text_vectors = text_result[0] if text_result else None
+        if normalize and not metadata.get("normalized"):
+            text_vectors = None if text_vectors is None else l2_normalize(text_vectors)
+            image_vectors = None if image_vectors is None else l2_normalize(image_vectors)
+        return Embeddings(
+            text=text_vectors,
+            image=image_vectors,
+            token_count=text_result[1] if text_result else 0,
+        )
+
+    async def _embed_texts(
+        self, ref: ModelRef, metadata: dict[str, Any], texts: list[str], output: str
+    ) -> tuple[np.ndarray, int]:
+        tokenizer = self._tokenizer(ref, metadata)
+        model = metadata["triton_models"]["text"]
+
+        def tokenize(piece: list[str]) -> tuple[dict[str, np.ndarray], int]:
+            if metadata["kind"] == "clip":
+                ids, counts = tokenizer(piece)
+                return {"input_ids": ids}, sum(counts)
+            batch = tokenizer.encode(piece)
+            feeds = {"input_ids": batch.input_ids, "attention_mask": batch.attention_mask}
+            return feeds, sum(batch.token_counts)
 
         async def run(piece: list[str]) -> tuple[np.ndarray, int]:
             if sum(len(t) for t in piece) > _INLINE_TOKENIZE_CHARS:
-                batch = await asyncio.to_thread(preprocessor.encode, piece)
+                feeds, tokens = await asyncio.to_thread(tokenize, piece)
             else:
-                batch = preprocessor.encode(piece)
-            result = await self._triton.infer(
-                triton_model,
-                {"input_ids": batch.input_ids, "attention_mask": batch.attention_mask},
-                [output],
-            )
-            return result[output], sum(batch.token_counts)
+                feeds, tokens = tokenize(piece)
+            return (await self._triton.infer(model, feeds, [output]))[output], tokens
 
-        results = await asyncio.gather(*(run(p) for p in pieces))
-        vectors = np.concatenate([r[0] for r in results])
-        if normalize and not metadata.get("normalized"):
-            vectors = l2_normalize(vectors)
-        return Embeddings(text=vectors, token_count=sum(r[1] for r in results))
+        chunks = _chunks(texts, int(metadata.get("max_batch_size", 64)))
+        results = await asyncio.gather(*(run(chunk) for chunk in chunks))
+        return np.concatenate([r[0] for r in results]), sum(r[1] for r in results)
+
+    async def _embed_images(self, metadata: dict[str, Any], images: list[str]) -> np.ndarray:
+        spec = ImageSpec.from_metadata(metadata["image"])
+        loop = asyncio.get_running_loop()
+
+        async def load(index: int, source: str) -> np.ndarray:
+            data = await self._fetcher.fetch(index, source)
+            return await loop.run_in_executor(
+                self._image_pool, decode_and_prepare, data, index, spec, self._limits.max_pixels
+            )
+
+        tasks = [asyncio.ensure_future(load(i, s)) for i, s in enumerate(images)]
+        try:
+            pixels = np.stack(await asyncio.gather(*tasks))
+        finally:
+            for task in tasks:
+                task.cancel()
+        model = metadata["triton_models"]["image"]
+        chunk = int(metadata.get("max_batch_size", 64))
+        outputs = await asyncio.gather(
+            *(
+                self._triton.infer(model, {"pixels": pixels[i : i + chunk]}, ["embedding"])
+                for i in range(0, len(pixels), chunk)
+            )
+        )
+        return np.concatenate([o["embedding"] for o in outputs])
+
+
+def _chunks(items: list[str], size: int) -> list[list[str]]:
+    return [items[i : i + size] for i in range(0, len(items), size)]

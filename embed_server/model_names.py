@@ -23,14 +23,17 @@ _SLUG_UNSAFE = re.compile(r"[^A-Za-z0-9-]+")
 
 @dataclass(frozen=True)
 class ModelRef:
-    """A validated model name and the Triton model(s) that serve it."""
+    """A validated model name and the Triton model(s) that serve it, by role."""
 
     name: str
     kind: str
-    triton_base: str
+    triton_models: dict[str, str]
+    pretrained: str | None = None
 
-    def triton_name(self, role: str | None = None) -> str:
-        return self.triton_base if role is None else f"{self.triton_base}_{role}"
+    @property
+    def primary(self) -> str:
+        """The Triton model folder holding the metadata; it is written last and deleted first."""
+        return self.triton_models["text"]
 
 
 def _field_error(field: str, message: str) -> BadRequest:
@@ -80,6 +83,35 @@ def _digest(*parts: str) -> str:
 def sentence_transformer_ref(name: str, allowed_dirs: list[Path]) -> ModelRef:
     validate_source_name(name, "model_name", allowed_dirs)
     shown = Path(name).name if name.startswith("/") else name
+    base = f"{_slug(shown)}_{_digest(name)}"
+    return ModelRef(name=name, kind="sentence_transformer", triton_models={"text": base})
+
+
+_CLIP_ARCH = re.compile(r"^(?:hf-hub:)?[A-Za-z0-9][A-Za-z0-9._/-]*$")
+_PRETRAINED_TAG = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+def clip_ref(model_name: str, pretrained: str | None, allowed_dirs: list[Path]) -> ModelRef:
+    """An OpenCLIP architecture plus a pretrained tag or a local checkpoint file."""
+    _check_text(model_name, "model_name")
+    if ".." in model_name or "//" in model_name or not _CLIP_ARCH.match(model_name):
+        raise _field_error("model_name", f"{model_name!r} is not an OpenCLIP model name")
+    if pretrained is None:
+        raise _field_error("pretrained", "required for CLIP models")
+    _check_text(pretrained, "pretrained")
+    if pretrained.startswith("/"):
+        _check_local_path(pretrained, "pretrained", allowed_dirs)
+        shown = Path(pretrained).stem
+    elif _PRETRAINED_TAG.match(pretrained) and ".." not in pretrained:
+        shown = pretrained
+    else:
+        raise _field_error(
+            "pretrained", f"{pretrained!r} is neither a pretrained tag nor an absolute path"
+        )
+    base = f"{_slug(model_name)}_{_slug(shown)}_{_digest(model_name, pretrained)}"
     return ModelRef(
-        name=name, kind="sentence_transformer", triton_base=f"{_slug(shown)}_{_digest(name)}"
+        name=model_name,
+        kind="clip",
+        pretrained=pretrained,
+        triton_models={"text": f"{base}_text_encoder", "image": f"{base}_image_encoder"},
     )

@@ -15,7 +15,7 @@ from converters.triton_config import DeploymentOptions
 from embed_server.conversion import run_converter
 from embed_server.errors import ModelNotFound
 from embed_server.model_lock import ModelLocks
-from embed_server.model_names import ModelRef, sentence_transformer_ref
+from embed_server.model_names import ModelRef, clip_ref, sentence_transformer_ref
 from embed_server.repository import ModelRepository
 from embed_server.settings import Settings
 from embed_server.triton import TritonGateway
@@ -46,75 +46,68 @@ class ModelManager:
         self._locks = ModelLocks(repository.root / ".locks")
 
     def resolve(self, model_name: str, pretrained: str | None = None) -> ModelRef:
-        """Validate a request's model fields and name the Triton models behind them."""
-        return sentence_transformer_ref(model_name, self._settings.local_model_dirs)
+        """Validate a request's model fields and name the Triton models behind them.
 
-    def triton_names(self, ref: ModelRef) -> list[str]:
-        metadata = self._repository.metadata(ref.triton_base)
-        if metadata is None:
-            return [ref.triton_base]
-        return list(metadata["triton_models"].values())
+        A ``pretrained`` field means an OpenCLIP model; without it, a sentence-transformer.
+        """
+        if pretrained is not None:
+            return clip_ref(model_name, pretrained, self._settings.local_model_dirs)
+        return sentence_transformer_ref(model_name, self._settings.local_model_dirs)
 
     async def load(self, ref: ModelRef, on_stage: Callable[[str], None] | None = None) -> str:
         """Convert ``ref`` if the repository lacks it, then load it; returns a message."""
-        async with self._locks.hold(ref.triton_base):
-            names = self.triton_names(ref)
-            if self._repository.is_complete(ref.triton_base):
+        async with self._locks.hold(ref.primary):
+            names = list(ref.triton_models.values())
+            if self._repository.is_complete(ref.primary):
                 ready = [await self._triton.is_model_ready(n) for n in names]
                 if all(ready):
-                    return f"Model {ref.name} is already loaded."
+                    return f"Model {_label(ref)} is already loaded."
             else:
                 await self._convert(ref, on_stage)
-                names = self.triton_names(ref)
             if on_stage is not None:
                 on_stage("load")
             started = time.perf_counter()
             for name in names:
                 await self._triton.load(name, self._settings.conversion_timeout_s)
-            logger.info("loaded %s in %.1f s", ref.name, time.perf_counter() - started)
-            return f"Model {ref.name} loaded."
+            logger.info("loaded %s in %.1f s", _label(ref), time.perf_counter() - started)
+            return f"Model {_label(ref)} loaded."
 
     async def _convert(self, ref: ModelRef, on_stage: Callable[[str], None] | None) -> None:
         staging = self._repository.new_staging_dir()
         started = time.perf_counter()
         try:
             await run_converter(
-                ref.kind,
-                ref.name,
-                ref.triton_base,
+                ref,
                 staging,
                 deployment_options(self._settings),
                 self._settings.conversion_timeout_s,
                 on_stage,
             )
-            # A folder without metadata is debris of an older failure, never a model.
-            self._repository.delete(ref.triton_base)
-            self._repository.commit(staging, ref.triton_base)
+            self._repository.commit(staging, ref.primary)
         finally:
             self._repository.discard(staging)
-        logger.info("converted %s in %.1f s", ref.name, time.perf_counter() - started)
+        logger.info("converted %s in %.1f s", _label(ref), time.perf_counter() - started)
 
     async def unload(self, ref: ModelRef) -> str:
-        async with self._locks.hold(ref.triton_base):
-            names = self.triton_names(ref)
-            ready = [n for n in names if await self._triton.is_model_ready(n)]
+        async with self._locks.hold(ref.primary):
+            ready = [n for n in ref.triton_models.values() if await self._triton.is_model_ready(n)]
             if not ready:
-                raise ModelNotFound(f"model_name: {ref.name!r} is not loaded")
+                raise ModelNotFound(f"model_name: {_label(ref)!r} is not loaded")
             for name in ready:
                 await self._triton.unload(name)
-            return f"Model {ref.name} unloaded."
+            return f"Model {_label(ref)} unloaded."
 
     async def delete(self, ref: ModelRef) -> str:
-        async with self._locks.hold(ref.triton_base):
-            names = self.triton_names(ref)
-            in_repository = self._repository.path(ref.triton_base).is_dir()
+        async with self._locks.hold(ref.primary):
+            names = list(ref.triton_models.values())
             ready = [n for n in names if await self._triton.is_model_ready(n)]
+            in_repository = any(self._repository.path(n).is_dir() for n in names)
             if not in_repository and not ready:
-                raise ModelNotFound(f"model_name: {ref.name!r} is not in the model repository")
+                raise ModelNotFound(f"model_name: {_label(ref)!r} is not in the model repository")
             for name in ready:
                 await self._triton.unload(name)
-            self._repository.delete(ref.triton_base)
-            return f"Model {ref.name} deleted."
+            self._repository.delete(names, ref.primary)
+            return f"Model {_label(ref)} deleted."
 
     async def loaded_models(self) -> list[dict[str, Any]]:
         ready = await self._triton.ready_models()
@@ -130,6 +123,10 @@ class ModelManager:
             {**_summary(meta), "loaded": set(meta["triton_models"].values()) <= ready}
             for meta in self._repository.list_models()
         ]
+
+
+def _label(ref: ModelRef) -> str:
+    return ref.name if ref.pretrained is None else f"{ref.name} ({ref.pretrained})"
 
 
 def _summary(meta: dict[str, Any]) -> dict[str, Any]:

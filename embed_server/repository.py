@@ -15,7 +15,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-METADATA_FILE = "embedding_model.json"
+from converters.layout import METADATA_FILE
+
 _STAGING_PREFIX = ".staging-"
 _TRASH_PREFIX = ".trash-"
 
@@ -63,22 +64,37 @@ class ModelRepository:
         path.mkdir()
         return path
 
-    def commit(self, staging: Path, triton_name: str) -> None:
-        """Move a finished staging folder into place as ``triton_name``."""
-        os.rename(staging, self.path(triton_name))
+    def commit(self, staging: Path, primary: str) -> None:
+        """Move each Triton model folder of a finished staging folder into place.
+
+        The ``primary`` folder (holding the metadata) moves last: until it is in place the
+        model does not exist, and a folder without metadata is replaced by the next commit.
+        """
+        folders = sorted(staging.iterdir(), key=lambda p: p.name == primary)
+        for folder in folders:
+            target = self.path(folder.name)
+            if target.exists():
+                if self.is_complete(folder.name):
+                    raise FileExistsError(f"{folder.name} already exists")
+                self._remove(target)
+            os.rename(folder, target)
+        self.discard(staging)
 
     def discard(self, path: Path) -> None:
         shutil.rmtree(path, ignore_errors=True)
 
-    def delete(self, triton_name: str) -> bool:
-        folder = self.path(triton_name)
-        if not folder.is_dir():
-            return False
+    def delete(self, names: list[str], primary: str) -> bool:
+        """Remove a model's folders, metadata first, so it vanishes from listings at once."""
+        existing = [n for n in sorted(names, key=lambda n: n != primary) if self.path(n).is_dir()]
+        for name in existing:
+            self._remove(self.path(name))
+            self._metadata_cache.pop(name, None)
+        return bool(existing)
+
+    def _remove(self, folder: Path) -> None:
         trash = self.root / f"{_TRASH_PREFIX}{uuid.uuid4().hex}"
         os.rename(folder, trash)
-        self._metadata_cache.pop(triton_name, None)
         shutil.rmtree(trash, ignore_errors=True)
-        return True
 
     def remove_leftovers(self, older_than_s: float = 0.0) -> list[str]:
         """Delete staging and trash folders left by a crash or a killed conversion.

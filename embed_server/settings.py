@@ -57,6 +57,17 @@ class Settings(BaseSettings):
     pad_to_multiple_of: int = Field(default=16, ge=1)
     warmup: bool = True
 
+    # Image inputs (CLIP models).
+    allow_private_urls: bool = False
+    image_connect_timeout_s: float = Field(default=5.0, gt=0)
+    image_read_timeout_s: float = Field(default=15.0, gt=0)
+    image_total_timeout_s: float = Field(default=30.0, gt=0)
+    image_max_bytes: int = Field(default=20 * 1024 * 1024, ge=1)
+    image_max_redirects: int = Field(default=3, ge=0)
+    image_max_pixels: int = Field(default=40_000_000, ge=1)
+    max_images_per_request: int = Field(default=64, ge=1)
+    image_decode_workers: int = Field(default=2, ge=1)
+
     conversion_timeout_s: float = Field(default=1800.0, gt=0)
     triton_timeout_s: float = Field(default=60.0, gt=0)
 

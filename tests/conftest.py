@@ -21,6 +21,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.images import ImageServer
+
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = PROJECT_ROOT / "test-artifacts"
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
@@ -100,6 +102,29 @@ def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> TinyModels:
     return TinyModels(root, cls_model, dense_model, broken, hf_home)
 
 
+CLIP_ARCH = "ViT-S-32-alt"
+
+
+@pytest.fixture(scope="session")
+def clip_checkpoint(tiny_models: TinyModels) -> Path:
+    """A real OpenCLIP architecture with random weights, saved as a local checkpoint."""
+    import open_clip
+    import torch
+
+    torch.manual_seed(3)
+    model = open_clip.create_model(CLIP_ARCH, pretrained=None)
+    path = tiny_models.root / "clip" / "vit-s-32-alt-random.pt"
+    path.parent.mkdir()
+    torch.save({"state_dict": model.state_dict()}, path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def image_server() -> Iterator[ImageServer]:
+    with ImageServer() as server:
+        yield server
+
+
 @dataclass
 class RunningServer:
     url: str
@@ -170,6 +195,12 @@ def server(
             "EMBED_DEFAULT_MODELS": DEFAULT_MODEL,
             "HF_HOME": str(tiny_models.hf_home),
             "EMBED_MAX_BATCH_SIZE": "32",
+            "EMBED_ALLOW_PRIVATE_URLS": "true",
+            "EMBED_IMAGE_READ_TIMEOUT_S": "2",
+            "EMBED_IMAGE_MAX_BYTES": "2000000",
+            "EMBED_IMAGE_MAX_REDIRECTS": "2",
+            "EMBED_IMAGE_MAX_PIXELS": "20000000",
+            "EMBED_MAX_IMAGES_PER_REQUEST": "120",
         },
     )
     try:

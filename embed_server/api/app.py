@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
@@ -13,7 +14,8 @@ from fastapi.responses import JSONResponse
 
 from embed_server.api.routes import router
 from embed_server.errors import ServiceError
-from embed_server.inference import InferenceService
+from embed_server.image_fetch import ImageFetcher
+from embed_server.inference import ImageLimits, InferenceService
 from embed_server.models import ModelManager
 from embed_server.repository import ModelRepository
 from embed_server.settings import Settings, get_settings
@@ -54,7 +56,25 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         triton = TritonGateway(settings.triton_grpc_url, settings.triton_timeout_s)
         app.state.triton = triton
         app.state.models = ModelManager(settings, repository, triton)
-        app.state.inference = InferenceService(repository, triton, settings.pad_to_multiple_of)
+        fetcher = ImageFetcher(
+            allow_private=settings.allow_private_urls,
+            connect_timeout_s=settings.image_connect_timeout_s,
+            read_timeout_s=settings.image_read_timeout_s,
+            total_timeout_s=settings.image_total_timeout_s,
+            max_bytes=settings.image_max_bytes,
+            max_redirects=settings.image_max_redirects,
+        )
+        image_pool = ThreadPoolExecutor(
+            max_workers=settings.image_decode_workers, thread_name_prefix="image"
+        )
+        app.state.inference = InferenceService(
+            repository,
+            triton,
+            fetcher,
+            image_pool,
+            ImageLimits(settings.max_images_per_request, settings.image_max_pixels),
+            settings.pad_to_multiple_of,
+        )
 
         async def readiness() -> str:
             if not await triton.is_ready():
@@ -69,6 +89,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             yield
         finally:
             defaults.cancel()
+            await fetcher.close()
+            image_pool.shutdown(wait=False, cancel_futures=True)
             await triton.close()
 
     app = FastAPI(title="Triton embedding server", lifespan=lifespan)

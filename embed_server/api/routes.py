@@ -12,6 +12,7 @@ from embed_server.api.schemas import (
     HealthResponse,
     InferRequest,
     InferResponse,
+    LoadClipRequest,
     LoadSentenceTransformerRequest,
     MessageResponse,
     ModelRequest,
@@ -47,6 +48,13 @@ async def load_sentence_transformer_model(
     return MessageResponse(message=message)
 
 
+@router.post("/load_clip_model", response_model=MessageResponse, responses=_ERRORS)
+async def load_clip_model(body: LoadClipRequest, request: Request) -> MessageResponse:
+    manager = _manager(request)
+    message = await manager.load(manager.resolve(body.model_name, body.pretrained))
+    return MessageResponse(message=message)
+
+
 @router.post("/infer", response_model=InferResponse, responses=_ERRORS)
 async def infer(body: InferRequest, request: Request) -> Response:
     started = time.perf_counter()
@@ -55,6 +63,8 @@ async def infer(body: InferRequest, request: Request) -> Response:
     payload: dict[str, object] = {}
     if result.text is not None:
         payload["text_embeddings"] = result.text
+    if result.image is not None:
+        payload["image_embeddings"] = result.image
     payload["processingTimeMs"] = round((time.perf_counter() - started) * 1000, 3)
     return Response(
         orjson.dumps(payload, option=orjson.OPT_SERIALIZE_NUMPY), media_type="application/json"

@@ -15,6 +15,15 @@ class LoadSentenceTransformerRequest(_Strict):
     model_name: str = Field(examples=["sentence-transformers/all-MiniLM-L6-v2"])
 
 
+class LoadClipRequest(_Strict):
+    model_name: str = Field(examples=["ViT-B-32"])
+    pretrained: str = Field(
+        examples=["laion2b_s34b_b79k"],
+        description="an open_clip pretrained tag, or an absolute checkpoint path inside "
+        "EMBED_LOCAL_MODEL_DIRS",
+    )
+
+
 class ModelRequest(_Strict):
     """Names a model for unload and delete; ``pretrained`` only for CLIP models."""
 

@@ -1,0 +1,201 @@
+"""Export an OpenCLIP model as two Triton models: a text encoder and an image encoder.
+
+The image encoder takes uint8 pixels (batch, height, width, 3) already resized and cropped
+by the API; conversion to float, scaling to [0, 1] and the model's mean/std normalisation
+happen inside the graph. The text encoder takes open_clip token ids at the model's context
+length. Both return the un-normalised embedding, as ``encode_text``/``encode_image`` do.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import open_clip
+import torch
+from PIL import Image
+
+from converters.layout import ONNX_FILE, VERSION, write_metadata
+from converters.sources import SourceNotFound
+from converters.triton_config import DeploymentOptions, ModelSignature, TensorSpec, render_config
+
+ONNX_OPSET = 17
+VERIFY_MIN_COSINE = 0.999
+VOCAB_FILE = "bpe_simple_vocab_16e6.txt.gz"
+
+
+class _TextEncoder(torch.nn.Module):
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.model.encode_text(input_ids, normalize=False)
+
+
+class _ImageEncoder(torch.nn.Module):
+    def __init__(self, model: torch.nn.Module, mean: list[float], std: list[float]) -> None:
+        super().__init__()
+        self.model = model
+        self.register_buffer("mean", torch.tensor(mean, dtype=torch.float32).view(1, 3, 1, 1))
+        self.register_buffer("std", torch.tensor(std, dtype=torch.float32).view(1, 3, 1, 1))
+
+    def forward(self, pixels: torch.Tensor) -> torch.Tensor:
+        x = pixels.permute(0, 3, 1, 2).to(torch.float32) / 255.0
+        return self.model.encode_image((x - self.mean) / self.std, normalize=False)
+
+
+def _create(model_name: str, pretrained: str) -> tuple[torch.nn.Module, Any, Any]:
+    known = set(open_clip.list_models())
+    if not model_name.startswith("hf-hub:") and model_name not in known:
+        raise SourceNotFound(f"{model_name!r} is not an OpenCLIP architecture")
+    if os.path.isabs(pretrained):
+        if not os.path.isfile(pretrained):
+            raise SourceNotFound(f"checkpoint {Path(pretrained).name!r} does not exist")
+    elif not model_name.startswith("hf-hub:"):
+        tags = open_clip.list_pretrained_tags_by_model(model_name)
+        if pretrained not in tags:
+            raise SourceNotFound(
+                f"{pretrained!r} is not a pretrained tag of {model_name} (known: {', '.join(tags)})"
+            )
+    try:
+        model, _, preprocess = open_clip.create_model_and_transforms(
+            model_name, pretrained=pretrained, device="cpu"
+        )
+    except (OSError, RuntimeError) as error:
+        if "offline" in str(error).lower() or "connect" in str(error).lower():
+            raise SourceNotFound(
+                f"{model_name} {pretrained} is not in the local cache and cannot be downloaded"
+            ) from error
+        raise
+    return model.eval(), preprocess, open_clip.get_tokenizer(model_name)
+
+
+def _tokenizer_metadata(tokenizer: Any, out_dir: Path) -> dict[str, Any]:
+    if not isinstance(tokenizer, open_clip.tokenizer.SimpleTokenizer):
+        raise ValueError(
+            f"{type(tokenizer).__name__} text tokenisation is not supported yet; "
+            "only OpenCLIP's own BPE tokenizer is"
+        )
+    if tokenizer.reduction_fn is not None:
+        raise ValueError("tokenizers with a reduction mask are not supported yet")
+    clean = {
+        open_clip.tokenizer._clean_lower: "lower",
+        open_clip.tokenizer._clean_whitespace: "whitespace",
+        open_clip.tokenizer._clean_canonicalize: "canonicalize",
+    }[tokenizer.clean_fn]
+    shutil.copy(open_clip.tokenizer.default_bpe(), out_dir / VOCAB_FILE)
+    return {
+        "type": "clip_bpe",
+        "vocab_file": VOCAB_FILE,
+        "context_length": int(tokenizer.context_length),
+        "clean": clean,
+    }
+
+
+def _export(module: torch.nn.Module, sample: torch.Tensor, name: str, path: Path) -> None:
+    # The fused attention kernel that eval mode picks has no ONNX form.
+    torch.backends.mha.set_fastpath_enabled(False)
+    with torch.no_grad():
+        torch.onnx.export(
+            module,
+            (sample,),
+            str(path),
+            input_names=[name],
+            output_names=["embedding"],
+            dynamic_axes={name: {0: "batch"}, "embedding": {0: "batch"}},
+            opset_version=ONNX_OPSET,
+            dynamo=False,
+        )
+
+
+def _cosine(a: np.ndarray, b: np.ndarray) -> float:
+    return float(((a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))).min())
+
+
+def convert(
+    model_name: str,
+    pretrained: str,
+    triton_models: dict[str, str],
+    out_root: Path,
+    options: DeploymentOptions,
+    progress: Any = print,
+) -> dict[str, Any]:
+    import onnxruntime as ort
+
+    model, preprocess, tokenizer = _create(model_name, pretrained)
+    cfg = dict(getattr(model.visual, "preprocess_cfg", {}))
+    size = cfg.get("size", model.visual.image_size)
+    height, width = (size, size) if isinstance(size, int) else tuple(size)
+    mean, std = list(cfg.get("mean")), list(cfg.get("std"))
+
+    progress("export")
+    text_dir = out_root / triton_models["text"]
+    image_dir = out_root / triton_models["image"]
+    for folder in (text_dir, image_dir):
+        (folder / VERSION).mkdir(parents=True)
+    tokenizer_meta = _tokenizer_metadata(tokenizer, text_dir)
+    context = tokenizer_meta["context_length"]
+    texts = ["a photo of a cat", "a diagram", "x " * 200]
+    ids = tokenizer(texts)
+    _export(_TextEncoder(model), ids, "input_ids", text_dir / VERSION / ONNX_FILE)
+    rng = np.random.default_rng(0)
+    pixels = rng.integers(0, 256, size=(2, height, width, 3), dtype=np.uint8)
+    image_encoder = _ImageEncoder(model, mean, std).eval()
+    _export(image_encoder, torch.from_numpy(pixels), "pixels", image_dir / VERSION / ONNX_FILE)
+
+    progress("verify")
+    text_session = ort.InferenceSession(str(text_dir / VERSION / ONNX_FILE))
+    image_session = ort.InferenceSession(str(image_dir / VERSION / ONNX_FILE))
+    with torch.no_grad():
+        want_text = model.encode_text(ids).numpy()
+        images = torch.stack([preprocess(Image.fromarray(p)) for p in pixels])
+        want_image = model.encode_image(images).numpy()
+    got_text = text_session.run(None, {"input_ids": ids.numpy()})[0]
+    got_image = image_session.run(None, {"pixels": pixels})[0]
+    cosine = min(_cosine(got_text, want_text), _cosine(got_image, want_image))
+    if cosine < VERIFY_MIN_COSINE:
+        raise RuntimeError(f"exported graphs disagree with open_clip (cosine {cosine})")
+
+    dim = int(got_text.shape[1])
+    text_signature = ModelSignature(
+        inputs=[TensorSpec("input_ids", "int64", (context,))],
+        outputs=[TensorSpec("embedding", "float32", (dim,))],
+    )
+    image_signature = ModelSignature(
+        inputs=[TensorSpec("pixels", "uint8", (height, width, 3))],
+        outputs=[TensorSpec("embedding", "float32", (int(got_image.shape[1]),))],
+    )
+    (text_dir / "config.pbtxt").write_text(
+        render_config(triton_models["text"], text_signature, options)
+    )
+    (image_dir / "config.pbtxt").write_text(
+        render_config(triton_models["image"], image_signature, options)
+    )
+    metadata = {
+        "kind": "clip",
+        "model_name": model_name,
+        "pretrained": pretrained,
+        "source": pretrained,
+        "triton_models": triton_models,
+        "embedding_dim": dim,
+        "normalized": False,
+        "text": tokenizer_meta,
+        "image": {
+            "height": height,
+            "width": width,
+            "resize_mode": cfg.get("resize_mode", "shortest"),
+            "interpolation": cfg.get("interpolation", "bicubic"),
+            "fill_color": int(cfg.get("fill_color", 0)),
+            "mean": mean,
+            "std": std,
+        },
+        "backend": options.backend,
+        "max_batch_size": options.max_batch_size,
+        "verified_min_cosine": cosine,
+    }
+    write_metadata(text_dir, metadata)
+    return metadata

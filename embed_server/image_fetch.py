@@ -1,0 +1,188 @@
+"""Fetch image inputs (http/https URLs and ``data:`` URIs) without letting them hurt us.
+
+One shared aiohttp session fetches concurrently. Every limit is a 400 naming the item:
+scheme, size (streamed, reading stops past the limit), redirects (followed by hand so
+each hop is checked), content type, and time. Server-side request forgery is refused at
+the resolver: the addresses a host name resolves to are checked before any connection, so
+a redirect or DNS trick cannot reach loopback, private, link-local (cloud metadata),
+multicast, reserved or unspecified addresses unless ``EMBED_ALLOW_PRIVATE_URLS=true``.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import ipaddress
+import socket
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import urljoin, urlsplit
+
+import aiohttp
+from aiohttp.abc import AbstractResolver, ResolveResult
+from aiohttp.resolver import DefaultResolver
+
+from embed_server.errors import BadRequest
+
+IpAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+_REDIRECTS = {301, 302, 303, 307, 308}
+
+
+def is_public_address(ip: IpAddress) -> bool:
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return ip.is_global and not (
+        ip.is_private
+        or ip.is_loopback
+        or ip.is_link_local
+        or ip.is_multicast
+        or ip.is_reserved
+        or ip.is_unspecified
+    )
+
+
+class ForbiddenAddress(Exception):
+    def __init__(self, host: str, address: str) -> None:
+        super().__init__(f"{host} resolves to non-public address {address}")
+        self.host = host
+        self.address = address
+
+
+class GuardedResolver(AbstractResolver):
+    """Resolve with the default resolver, then refuse the answer if any address is barred."""
+
+    def __init__(self, address_allowed: Callable[[IpAddress], bool]) -> None:
+        self._inner = DefaultResolver()
+        self._allowed = address_allowed
+
+    async def resolve(
+        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+    ) -> list[ResolveResult]:
+        results = await self._inner.resolve(host, port, family)
+        for result in results:
+            if not self._allowed(ipaddress.ip_address(result["host"])):
+                raise ForbiddenAddress(host, result["host"])
+        return results
+
+    async def close(self) -> None:
+        await self._inner.close()
+
+
+class ImageFetcher:
+    def __init__(
+        self,
+        *,
+        allow_private: bool,
+        connect_timeout_s: float,
+        read_timeout_s: float,
+        total_timeout_s: float,
+        max_bytes: int,
+        max_redirects: int,
+        address_allowed: Callable[[IpAddress], bool] | None = None,
+    ) -> None:
+        allowed = address_allowed or is_public_address
+        self._address_allowed: Callable[[IpAddress], bool] = (
+            (lambda _ip: True) if allow_private else allowed
+        )
+        self._timeout = aiohttp.ClientTimeout(
+            total=total_timeout_s,
+            sock_connect=connect_timeout_s,
+            sock_read=read_timeout_s,
+        )
+        self._max_bytes = max_bytes
+        self._max_redirects = max_redirects
+        self._session: aiohttp.ClientSession | None = None
+
+    async def _get_session(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            connector = aiohttp.TCPConnector(
+                resolver=GuardedResolver(self._address_allowed), limit=64, ttl_dns_cache=0
+            )
+            self._session = aiohttp.ClientSession(
+                connector=connector, timeout=self._timeout, auto_decompress=False
+            )
+        return self._session
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+    async def fetch(self, index: int, source: str) -> bytes:
+        if source.startswith("data:"):
+            return self._data_uri(index, source)
+        try:
+            return await self._fetch_url(index, source)
+        except ForbiddenAddress as error:
+            raise BadRequest(
+                f"image.{index}: refused: {error.host} resolves to a non-public address"
+            ) from None
+        except TimeoutError:
+            raise BadRequest(f"image.{index}: timed out fetching the URL") from None
+        except aiohttp.ClientError as error:
+            raise BadRequest(
+                f"image.{index}: could not fetch the URL ({type(error).__name__})"
+            ) from None
+
+    def _check_url(self, index: int, url: str) -> None:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https"):
+            raise BadRequest(f"image.{index}: only http, https and data:image URIs are accepted")
+        if not parts.hostname:
+            raise BadRequest(f"image.{index}: the URL has no host")
+        try:
+            literal = ipaddress.ip_address(parts.hostname)
+        except ValueError:
+            return
+        if not self._address_allowed(literal):
+            raise BadRequest(f"image.{index}: refused: {parts.hostname} is a non-public address")
+
+    async def _fetch_url(self, index: int, url: str) -> bytes:
+        session = await self._get_session()
+        for _ in range(self._max_redirects + 1):
+            self._check_url(index, url)
+            async with session.get(url, allow_redirects=False) as response:
+                if response.status in _REDIRECTS:
+                    location = response.headers.get("Location")
+                    if not location:
+                        raise BadRequest(f"image.{index}: redirect without a Location")
+                    url = urljoin(url, location)
+                    continue
+                if response.status != 200:
+                    raise BadRequest(f"image.{index}: the URL answered HTTP {response.status}")
+                self._check_content_type(index, response.headers.get("Content-Type", ""))
+                return await self._read_limited(index, response)
+        raise BadRequest(f"image.{index}: more than {self._max_redirects} redirects")
+
+    @staticmethod
+    def _check_content_type(index: int, content_type: str) -> None:
+        kind = content_type.split(";")[0].strip().lower()
+        if kind and not kind.startswith("image/") and kind != "application/octet-stream":
+            raise BadRequest(f"image.{index}: content type {kind!r} is not an image")
+
+    async def _read_limited(self, index: int, response: Any) -> bytes:
+        declared = response.content_length
+        if declared is not None and declared > self._max_bytes:
+            raise BadRequest(self._too_large(index))
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in response.content.iter_chunked(64 * 1024):
+            size += len(chunk)
+            if size > self._max_bytes:
+                raise BadRequest(self._too_large(index))
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    def _too_large(self, index: int) -> str:
+        return f"image.{index}: larger than the limit of {self._max_bytes} bytes"
+
+    def _data_uri(self, index: int, source: str) -> bytes:
+        header, sep, payload = source[5:].partition(",")
+        media = header.split(";")[0].strip().lower()
+        if not sep or not media.startswith("image/") or ";base64" not in header.lower():
+            raise BadRequest(f"image.{index}: data URIs must look like data:image/...;base64,...")
+        if len(payload) * 3 // 4 > self._max_bytes:
+            raise BadRequest(self._too_large(index))
+        try:
+            return base64.b64decode(payload, validate=True)
+        except (binascii.Error, ValueError):
+            raise BadRequest(f"image.{index}: the data URI is not valid base64") from None
