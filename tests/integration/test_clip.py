@@ -172,7 +172,7 @@ def test_health_answers_while_a_hundred_large_images_are_processed(
     assert max(latencies) < 1.0, max(latencies)
 
 
-def test_private_urls_are_refused_by_default(server, clip_loaded, image_server):
+def test_private_urls_are_refused_by_default(server, clip_loaded, image_server, tiny_models):
     """An API with the default setting refuses loopback and metadata addresses (400)."""
     port = free_port()
     env = dict(os.environ)
@@ -180,6 +180,7 @@ def test_private_urls_are_refused_by_default(server, clip_loaded, image_server):
         EMBED_TRITON_GRPC_URL=f"127.0.0.1:{free_port()}",
         EMBED_MODEL_REPOSITORY=str(server.repository),
         EMBED_DEFAULT_MODELS="",
+        EMBED_LOCAL_MODEL_DIRS=str(tiny_models.root),
     )
     env.pop("EMBED_ALLOW_PRIVATE_URLS", None)
     api = subprocess.Popen(

@@ -17,6 +17,7 @@ def fetcher(**overrides) -> ImageFetcher:
         allow_private=True,
         connect_timeout_s=2,
         read_timeout_s=1,
+        total_timeout_s=10,
         max_bytes=2_000_000,
         max_redirects=2,
     )
