@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -35,6 +36,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--options", default="{}", help="DeploymentOptions as JSON")
     args = parser.parse_args(argv)
+    # Minutes of CPU-heavy export must not starve the API or Triton on a small machine.
+    os.nice(10)
     options = DeploymentOptions(**json.loads(args.options))
     triton_models = json.loads(args.triton_models)
     progress = lambda stage: _emit({"stage": stage})  # noqa: E731

@@ -36,6 +36,10 @@ class DeploymentOptions:
     intra_op_threads: int = 0
     padding_efficiency: float = 0.9
     warmup: bool = True
+    # Past this queue length Triton rejects at once (the API answers 503 + Retry-After);
+    # a request queued longer than the timeout is rejected too (504). 0: unbounded.
+    max_queue_size: int = 512
+    queue_timeout_us: int = 30_000_000
 
 
 @dataclass(frozen=True)
@@ -95,6 +99,12 @@ def render_config(name: str, signature: ModelSignature, options: DeploymentOptio
         f"output [\n{outputs}\n]\n"
         "dynamic_batching {\n"
         f"  max_queue_delay_microseconds: {options.max_queue_delay_us}\n"
+        "  default_queue_policy {\n"
+        "    timeout_action: REJECT\n"
+        f"    default_timeout_microseconds: {options.queue_timeout_us}\n"
+        "    allow_timeout_override: true\n"
+        f"    max_queue_size: {options.max_queue_size}\n"
+        "  }\n"
         "}\n"
         f"instance_group [\n  {{\n    count: {options.instance_count}\n    kind: {kind}\n  }}\n]\n"
     )

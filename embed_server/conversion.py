@@ -11,6 +11,7 @@ import asyncio
 import json
 import logging
 import os
+import re
 import sys
 from collections.abc import Callable
 from dataclasses import asdict
@@ -22,6 +23,16 @@ from embed_server.errors import ConversionFailed, ModelNotFound
 from embed_server.model_names import ModelRef
 
 logger = logging.getLogger(__name__)
+_ABSOLUTE_PATH = re.compile(r"(?<![\w.])/[^\s'\"]+")
+
+
+def _redact_paths(message: str, allowed: set[str]) -> str:
+    """Hide internal paths from error bodies; paths the caller sent may be echoed back."""
+    return _ABSOLUTE_PATH.sub(
+        lambda m: m.group(0) if m.group(0).rstrip(".,:;)") in allowed else "<path>", message
+    )
+
+
 _PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -86,8 +97,11 @@ async def run_converter(
 
     if process.returncode == 0 and "result" in outcome:
         return outcome["result"]
+    given = {ref.name, ref.pretrained or ""}
     if outcome.get("reason") == "not_found":
-        raise ModelNotFound(f"model_name: {outcome['error']}")
+        raise ModelNotFound(f"model_name: {_redact_paths(outcome['error'], given)}")
     logger.error("conversion of %s failed: %s", model_name, stderr.decode(errors="replace")[-4000:])
     reason = outcome.get("error") or f"converter exited with status {process.returncode}"
-    raise ConversionFailed(f"model_name: could not convert {model_name!r}: {reason}")
+    raise ConversionFailed(
+        f"model_name: could not convert {model_name!r}: {_redact_paths(reason, given)}"
+    )

@@ -20,6 +20,14 @@ class BadRequest(ServiceError):
     status_code = 400
 
 
+class Unauthorized(ServiceError):
+    status_code = 401
+
+
+class PayloadTooLarge(ServiceError):
+    status_code = 413
+
+
 class ModelNotFound(ServiceError):
     """The model is unknown, not converted, or not loaded."""
 
@@ -31,7 +39,21 @@ class ConversionFailed(ServiceError):
 
 
 class TritonUnavailable(ServiceError):
+    """Triton is down or restarting: worth retrying shortly."""
+
     status_code = 503
+    retry_after_s = 1
+
+
+class Overloaded(ServiceError):
+    """Refused at once because too much work is in flight or queued: retry later."""
+
+    status_code = 503
+    retry_after_s = 1
+
+
+class DeadlineExceeded(ServiceError):
+    status_code = 504
 
 
 class TritonError(ServiceError):

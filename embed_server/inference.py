@@ -15,8 +15,16 @@ from typing import Any
 
 import numpy as np
 
-from embed_server.errors import BadRequest, ModelNotFound
+from embed_server.errors import (
+    BadRequest,
+    DeadlineExceeded,
+    ModelNotFound,
+    PayloadTooLarge,
+    TritonUnavailable,
+)
 from embed_server.image_fetch import ImageFetcher
+from embed_server.inflight import InflightTracker
+from embed_server.loaded_set import LoadedSet
 from embed_server.model_names import ModelRef
 from embed_server.preprocessing.clip_tokenizer import ClipTokenizer
 from embed_server.preprocessing.image import ImageSpec, decode_and_prepare
@@ -36,9 +44,12 @@ class Embeddings:
 
 
 @dataclass(frozen=True)
-class ImageLimits:
+class RequestLimits:
+    max_items: int
+    max_text_chars: int
     max_images: int
     max_pixels: int
+    deadline_s: float
 
 
 def l2_normalize(vectors: np.ndarray) -> np.ndarray:
@@ -53,7 +64,9 @@ class InferenceService:
         triton: TritonGateway,
         fetcher: ImageFetcher,
         image_pool: ThreadPoolExecutor,
-        limits: ImageLimits,
+        limits: RequestLimits,
+        inflight: InflightTracker,
+        loaded_set: LoadedSet,
         pad_to_multiple_of: int,
     ) -> None:
         self._repository = repository
@@ -61,6 +74,8 @@ class InferenceService:
         self._fetcher = fetcher
         self._image_pool = image_pool
         self._limits = limits
+        self._inflight = inflight
+        self._loaded_set = loaded_set
         self._pad_to_multiple_of = pad_to_multiple_of
         self._tokenizers: dict[str, tuple[dict[str, Any], Any]] = {}
 
@@ -89,14 +104,14 @@ class InferenceService:
         self._tokenizers[ref.primary] = (metadata, tokenizer)
         return tokenizer
 
-    async def embed(
+    def _check_input(
         self,
         ref: ModelRef,
+        metadata: dict[str, Any],
         texts: list[str] | None,
         images: list[str] | None,
-        normalize: bool | None,
-    ) -> Embeddings:
-        metadata = self._model(ref)
+    ) -> None:
+        limits = self._limits
         if texts is not None and not texts:
             raise BadRequest("text: give at least one text, or leave the field out")
         if images is not None and not images:
@@ -105,10 +120,54 @@ class InferenceService:
             raise BadRequest("text: give at least one text (or image, for CLIP models)")
         if images and "image" not in metadata["triton_models"]:
             raise BadRequest(f"image: {ref.name!r} is a text model and takes no images")
-        if images and len(images) > self._limits.max_images:
-            raise BadRequest(
-                f"image: {len(images)} images exceed the limit of {self._limits.max_images}"
+        count = len(texts or []) + len(images or [])
+        if count > limits.max_items:
+            raise PayloadTooLarge(
+                f"text: {count} items exceed the limit of {limits.max_items} per request"
             )
+        if images and len(images) > limits.max_images:
+            raise BadRequest(f"image: {len(images)} images exceed the limit of {limits.max_images}")
+        for index, text in enumerate(texts or []):
+            if len(text) > limits.max_text_chars:
+                raise PayloadTooLarge(
+                    f"text.{index}: {len(text)} characters exceed the limit of "
+                    f"{limits.max_text_chars}"
+                )
+
+    async def embed(
+        self,
+        ref: ModelRef,
+        texts: list[str] | None,
+        images: list[str] | None,
+        normalize: bool | None,
+    ) -> Embeddings:
+        """Embed within the request deadline (504 past it), counted as in flight."""
+        metadata = self._model(ref)
+        self._check_input(ref, metadata, texts, images)
+        with self._inflight.track(ref.primary):
+            try:
+                async with asyncio.timeout(self._limits.deadline_s):
+                    return await self._embed(ref, metadata, texts, images, normalize)
+            except TimeoutError:
+                raise DeadlineExceeded(
+                    f"the request took longer than {self._limits.deadline_s:.0f} s"
+                ) from None
+            except ModelNotFound:
+                if self._loaded_set.contains(ref.name, ref.pretrained):
+                    # Meant to be loaded: Triton restarted and the watcher is restoring it.
+                    raise TritonUnavailable(
+                        f"model_name: {ref.name!r} is being loaded again; retry shortly"
+                    ) from None
+                raise
+
+    async def _embed(
+        self,
+        ref: ModelRef,
+        metadata: dict[str, Any],
+        texts: list[str] | None,
+        images: list[str] | None,
+        normalize: bool | None,
+    ) -> Embeddings:
         # The raw output when the caller opts out of the model's own normalisation.
         output = (
             "unnormalized" if normalize is False and metadata.get("normalized") else "embedding"

@@ -13,11 +13,14 @@ from typing import Any
 
 from converters.triton_config import DeploymentOptions
 from embed_server.conversion import run_converter
-from embed_server.errors import ModelNotFound
+from embed_server.errors import ModelNotFound, Overloaded, ServiceError
+from embed_server.inflight import InflightTracker
+from embed_server.loaded_set import LoadedSet
 from embed_server.model_lock import ModelLocks
 from embed_server.model_names import ModelRef, clip_ref, sentence_transformer_ref
 from embed_server.repository import ModelRepository
 from embed_server.settings import Settings
+from embed_server.statistics import model_stats
 from embed_server.triton import TritonGateway
 
 logger = logging.getLogger(__name__)
@@ -33,17 +36,30 @@ def deployment_options(settings: Settings) -> DeploymentOptions:
         intra_op_threads=settings.ort_intra_op_threads,
         padding_efficiency=settings.padding_efficiency,
         warmup=settings.warmup,
+        max_queue_size=settings.triton_max_queue_size,
+        queue_timeout_us=int(settings.request_timeout_s * 1_000_000),
     )
+
+
+# A model that served a request this recently may still have one in flight in another
+# worker; eviction passes over it.
+_RECENT_USE_S = 5.0
 
 
 class ModelManager:
     def __init__(
-        self, settings: Settings, repository: ModelRepository, triton: TritonGateway
+        self,
+        settings: Settings,
+        repository: ModelRepository,
+        triton: TritonGateway,
+        inflight: InflightTracker,
     ) -> None:
         self._settings = settings
         self._repository = repository
         self._triton = triton
+        self._inflight = inflight
         self._locks = ModelLocks(repository.root / ".locks")
+        self.loaded_set = LoadedSet(repository.root)
 
     def resolve(self, model_name: str, pretrained: str | None = None) -> ModelRef:
         """Validate a request's model fields and name the Triton models behind them.
@@ -61,16 +77,71 @@ class ModelManager:
             if self._repository.is_complete(ref.primary):
                 ready = [await self._triton.is_model_ready(n) for n in names]
                 if all(ready):
+                    self.loaded_set.add(ref.name, ref.pretrained)
                     return f"Model {_label(ref)} is already loaded."
             else:
                 await self._convert(ref, on_stage)
+            evicted = await self._make_room(ref)
             if on_stage is not None:
                 on_stage("load")
             started = time.perf_counter()
             for name in names:
                 await self._triton.load(name, self._settings.conversion_timeout_s)
+            self.loaded_set.add(ref.name, ref.pretrained)
             logger.info("loaded %s in %.1f s", _label(ref), time.perf_counter() - started)
-            return f"Model {_label(ref)} loaded."
+            message = f"Model {_label(ref)} loaded."
+            if evicted:
+                message += (
+                    f" Unloaded {', '.join(evicted)} to stay within "
+                    f"EMBED_MAX_LOADED_MODELS={self._settings.max_loaded_models}."
+                )
+            return message
+
+    async def _make_room(self, incoming: ModelRef) -> list[str]:
+        """Unload least recently used models until ``incoming`` fits the configured limit.
+
+        Triton's per-model ``last_inference`` time is the shared truth across workers;
+        models with requests in flight here, or used in the last seconds, are passed over.
+        """
+        limit = self._settings.max_loaded_models
+        if limit <= 0:
+            return []
+        loaded = [
+            m for m in await self._loaded_metadata() if m["triton_models"] != incoming.triton_models
+        ]
+        if len(loaded) < limit:
+            return []
+        last_used = {
+            s["name"]: s["last_inference"] for s in model_stats(await self._triton.statistics())
+        }
+        now_ms = time.time() * 1000
+
+        def last_inference(meta: dict[str, Any]) -> int:
+            return max(last_used.get(n, 0) for n in meta["triton_models"].values())
+
+        candidates = [
+            meta
+            for meta in loaded
+            if not self._inflight.busy(meta["triton_models"]["text"])
+            and now_ms - last_inference(meta) > _RECENT_USE_S * 1000
+        ]
+        candidates.sort(key=last_inference)
+        if len(loaded) - limit + 1 > len(candidates):
+            raise Overloaded(
+                f"model_name: all {len(loaded)} loaded models are in use "
+                f"(EMBED_MAX_LOADED_MODELS={limit}); retry shortly"
+            )
+        evicted = []
+        for meta in candidates[: len(loaded) - limit + 1]:
+            for name in meta["triton_models"].values():
+                await self._triton.unload(name)
+            self.loaded_set.remove(meta["model_name"], meta.get("pretrained"))
+            label = meta["model_name"] + (
+                f" ({meta['pretrained']})" if meta.get("pretrained") else ""
+            )
+            logger.info("evicted %s (least recently used)", label)
+            evicted.append(label)
+        return evicted
 
     async def _convert(self, ref: ModelRef, on_stage: Callable[[str], None] | None) -> None:
         staging = self._repository.new_staging_dir()
@@ -95,6 +166,7 @@ class ModelManager:
                 raise ModelNotFound(f"model_name: {_label(ref)!r} is not loaded")
             for name in ready:
                 await self._triton.unload(name)
+            self.loaded_set.remove(ref.name, ref.pretrained)
             return f"Model {_label(ref)} unloaded."
 
     async def delete(self, ref: ModelRef) -> str:
@@ -106,16 +178,33 @@ class ModelManager:
                 raise ModelNotFound(f"model_name: {_label(ref)!r} is not in the model repository")
             for name in ready:
                 await self._triton.unload(name)
+            self.loaded_set.remove(ref.name, ref.pretrained)
             self._repository.delete(names, ref.primary)
             return f"Model {_label(ref)} deleted."
 
-    async def loaded_models(self) -> list[dict[str, Any]]:
+    async def _loaded_metadata(self) -> list[dict[str, Any]]:
         ready = await self._triton.ready_models()
         return [
-            _summary(meta)
+            meta
             for meta in self._repository.list_models()
             if set(meta["triton_models"].values()) <= ready
         ]
+
+    async def loaded_models(self) -> list[dict[str, Any]]:
+        return [_summary(meta) for meta in await self._loaded_metadata()]
+
+    async def restore(self, default_models: list[str]) -> None:
+        """Load the default models and every model the persisted set says was loaded."""
+        wanted = [{"model_name": name, "pretrained": None} for name in default_models]
+        wanted += [e for e in self.loaded_set.entries() if e not in wanted]
+        for entry in wanted:
+            label = entry["model_name"]
+            try:
+                ref = self.resolve(str(entry["model_name"]), entry.get("pretrained"))
+                logger.info("restoring %s", label)
+                logger.info(await self.load(ref))
+            except ServiceError as error:
+                logger.error("could not restore %s: %s", label, error.message)
 
     async def repository_models(self) -> list[dict[str, Any]]:
         ready = await self._triton.ready_models()

@@ -11,7 +11,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
@@ -67,6 +67,19 @@ class Settings(BaseSettings):
     image_max_pixels: int = Field(default=40_000_000, ge=1)
     max_images_per_request: int = Field(default=64, ge=1)
     image_decode_workers: int = Field(default=2, ge=1)
+
+    # Overload protection and request limits.
+    max_inflight: int = Field(default=64, ge=1)
+    request_timeout_s: float = Field(default=30.0, gt=0)
+    triton_max_queue_size: int = Field(default=512, ge=0)
+    max_items_per_request: int = Field(default=512, ge=1)
+    max_text_chars: int = Field(default=50_000, ge=1)
+    max_body_bytes: int = Field(default=64 * 1024 * 1024, ge=1)
+    max_loaded_models: int = Field(default=0, ge=0)
+
+    # Access control: a bearer key for model management, optionally for inference too.
+    api_key: SecretStr | None = None
+    api_key_infer: bool = False
 
     conversion_timeout_s: float = Field(default=1800.0, gt=0)
     triton_timeout_s: float = Field(default=60.0, gt=0)

@@ -12,7 +12,14 @@ import numpy as np
 import tritonclient.grpc.aio as grpcclient
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
-from embed_server.errors import BadRequest, ModelNotFound, TritonError, TritonUnavailable
+from embed_server.errors import (
+    BadRequest,
+    DeadlineExceeded,
+    ModelNotFound,
+    Overloaded,
+    TritonError,
+    TritonUnavailable,
+)
 
 _UNREACHABLE_HINTS = ("failed to connect", "connection refused", "socket closed", "connect failed")
 
@@ -21,10 +28,14 @@ def _translate(error: InferenceServerException, model: str | None = None) -> Exc
     status = str(error.status() or "")
     message = str(error.message() or "")
     lowered = message.lower()
+    if "exceeds maximum queue size" in lowered:
+        return Overloaded("Triton's queue for this model is full; retry shortly")
+    if "timeout expired" in lowered:
+        return DeadlineExceeded("the request waited in Triton's queue past its deadline")
     if "UNAVAILABLE" in status and any(hint in lowered for hint in _UNREACHABLE_HINTS):
         return TritonUnavailable("Triton is not reachable")
     if "DEADLINE_EXCEEDED" in status:
-        return TritonUnavailable("Triton did not answer in time")
+        return DeadlineExceeded("Triton did not answer within the request deadline")
     if model is not None and (
         "NOT_FOUND" in status
         or "not found" in lowered
@@ -44,6 +55,8 @@ class TritonGateway:
     def __init__(self, url: str, timeout_s: float) -> None:
         self._client = grpcclient.InferenceServerClient(url=url)
         self._timeout_s = timeout_s
+        # Last readiness seen by the watcher; lets /health answer without a round trip.
+        self.last_known_ready = False
 
     async def close(self) -> None:
         await self._client.close()
@@ -55,8 +68,13 @@ class TritonGateway:
             return False
 
     async def infer(
-        self, model: str, inputs: dict[str, np.ndarray], outputs: list[str]
+        self,
+        model: str,
+        inputs: dict[str, np.ndarray],
+        outputs: list[str],
+        deadline_s: float | None = None,
     ) -> dict[str, np.ndarray]:
+        """Run one request; ``deadline_s`` bounds both Triton's queueing and the call."""
         tensors = []
         for name, array in inputs.items():
             tensor = grpcclient.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
@@ -64,8 +82,13 @@ class TritonGateway:
             tensors.append(tensor)
         requested = [grpcclient.InferRequestedOutput(name) for name in outputs]
         try:
+            wait_s = self._timeout_s if deadline_s is None else max(deadline_s, 0.001)
             result = await self._client.infer(
-                model, tensors, outputs=requested, client_timeout=self._timeout_s
+                model,
+                tensors,
+                outputs=requested,
+                timeout=int(wait_s * 1_000_000),
+                client_timeout=wait_s,
             )
         except InferenceServerException as error:
             raise _translate(error, model) from None

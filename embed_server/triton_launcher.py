@@ -119,6 +119,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--http-port", type=int, default=8000)
     parser.add_argument("--grpc-port", type=int, default=8001)
     parser.add_argument("--metrics-port", type=int, default=8002)
+    parser.add_argument(
+        "--nice",
+        type=int,
+        default=int(os.environ.get("EMBED_TRITON_NICE", "5")),
+        help="lower Triton's CPU priority so the API's light work (health checks, request "
+        "parsing) is never starved by inference on a small machine",
+    )
     args, extra = parser.parse_known_args(argv)
     args.model_repository.mkdir(parents=True, exist_ok=True)
     backends = build_backend_directory(args.backend_directory)
@@ -132,6 +139,8 @@ def main(argv: list[str] | None = None) -> None:
     )
     if shutil.which(launch.argv[0]) is None:
         raise SystemExit(f"tritonserver binary not executable: {launch.argv[0]}")
+    if args.nice:
+        os.nice(args.nice)
     os.execve(launch.argv[0], launch.argv, launch.env)
 
 

@@ -12,34 +12,59 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
+from embed_server.api.guards import GuardMiddleware
 from embed_server.api.routes import router
 from embed_server.errors import ServiceError
 from embed_server.image_fetch import ImageFetcher
-from embed_server.inference import ImageLimits, InferenceService
+from embed_server.inference import InferenceService, RequestLimits
+from embed_server.inflight import InflightTracker
 from embed_server.models import ModelManager
+from embed_server.recovery import TritonWatcher
 from embed_server.repository import ModelRepository
 from embed_server.settings import Settings, get_settings
 from embed_server.triton import TritonGateway
 
 logger = logging.getLogger("embed_server")
-_TRITON_WAIT_S = 120.0
 
 
-async def _load_defaults(app: FastAPI, settings: Settings) -> None:
-    """Load the configured default models once Triton answers; failures are logged."""
-    manager: ModelManager = app.state.models
-    deadline = asyncio.get_running_loop().time() + _TRITON_WAIT_S
-    while not await app.state.triton.is_ready():
-        if asyncio.get_running_loop().time() > deadline:
-            logger.error("Triton not ready after %.0f s; default models not loaded", _TRITON_WAIT_S)
-            return
-        await asyncio.sleep(0.5)
-    for name in settings.default_models:
-        try:
-            logger.info("loading default model %s", name)
-            logger.info(await manager.load(manager.resolve(name)))
-        except ServiceError as error:
-            logger.error("default model %s not loaded: %s", name, error.message)
+def _build_services(app: FastAPI, settings: Settings) -> tuple[ImageFetcher, ThreadPoolExecutor]:
+    repository = ModelRepository(settings.model_repository)
+    for leftover in repository.remove_leftovers(older_than_s=settings.conversion_timeout_s):
+        logger.warning("removed unfinished folder %s", leftover)
+    triton = TritonGateway(settings.triton_grpc_url, settings.triton_timeout_s)
+    inflight = InflightTracker()
+    fetcher = ImageFetcher(
+        allow_private=settings.allow_private_urls,
+        connect_timeout_s=settings.image_connect_timeout_s,
+        read_timeout_s=settings.image_read_timeout_s,
+        total_timeout_s=settings.image_total_timeout_s,
+        max_bytes=settings.image_max_bytes,
+        max_redirects=settings.image_max_redirects,
+    )
+    image_pool = ThreadPoolExecutor(
+        max_workers=settings.image_decode_workers, thread_name_prefix="image"
+    )
+    limits = RequestLimits(
+        max_items=settings.max_items_per_request,
+        max_text_chars=settings.max_text_chars,
+        max_images=settings.max_images_per_request,
+        max_pixels=settings.image_max_pixels,
+        deadline_s=settings.request_timeout_s,
+    )
+    app.state.triton = triton
+    app.state.models = ModelManager(settings, repository, triton, inflight)
+    app.state.inference = InferenceService(
+        repository,
+        triton,
+        fetcher,
+        image_pool,
+        limits,
+        inflight,
+        app.state.models.loaded_set,
+        settings.pad_to_multiple_of,
+    )
+    app.state.watcher = TritonWatcher(triton, app.state.models, settings.default_models)
+    return fetcher, image_pool
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -50,55 +75,42 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        repository = ModelRepository(settings.model_repository)
-        for leftover in repository.remove_leftovers(older_than_s=settings.conversion_timeout_s):
-            logger.warning("removed unfinished folder %s", leftover)
-        triton = TritonGateway(settings.triton_grpc_url, settings.triton_timeout_s)
-        app.state.triton = triton
-        app.state.models = ModelManager(settings, repository, triton)
-        fetcher = ImageFetcher(
-            allow_private=settings.allow_private_urls,
-            connect_timeout_s=settings.image_connect_timeout_s,
-            read_timeout_s=settings.image_read_timeout_s,
-            total_timeout_s=settings.image_total_timeout_s,
-            max_bytes=settings.image_max_bytes,
-            max_redirects=settings.image_max_redirects,
-        )
-        image_pool = ThreadPoolExecutor(
-            max_workers=settings.image_decode_workers, thread_name_prefix="image"
-        )
-        app.state.inference = InferenceService(
-            repository,
-            triton,
-            fetcher,
-            image_pool,
-            ImageLimits(settings.max_images_per_request, settings.image_max_pixels),
-            settings.pad_to_multiple_of,
-        )
-
-        async def readiness() -> str:
-            if not await triton.is_ready():
-                return "Triton is not ready"
-            loaded = {m["model_name"] for m in await app.state.models.loaded_models()}
-            missing = [name for name in settings.default_models if name not in loaded]
-            return f"default models not loaded yet: {', '.join(missing)}" if missing else ""
-
-        app.state.readiness = readiness
-        defaults = asyncio.create_task(_load_defaults(app, settings))
+        fetcher, image_pool = _build_services(app, settings)
+        watcher = asyncio.create_task(app.state.watcher.run())
         try:
             yield
         finally:
-            defaults.cancel()
+            watcher.cancel()
             await fetcher.close()
             image_pool.shutdown(wait=False, cancel_futures=True)
-            await triton.close()
+            await app.state.triton.close()
+
+    async def readiness() -> str:
+        """Why the service is not ready, or "" when it is."""
+        if not await app.state.triton.is_ready():
+            return "Triton is not ready"
+        loaded = {m["model_name"] for m in await app.state.models.loaded_models()}
+        missing = [name for name in settings.default_models if name not in loaded]
+        return f"default models not loaded yet: {', '.join(missing)}" if missing else ""
 
     app = FastAPI(title="Triton embedding server", lifespan=lifespan)
+    app.state.readiness = readiness
     app.include_router(router)
+    app.add_middleware(
+        GuardMiddleware,
+        max_body_bytes=settings.max_body_bytes,
+        max_inflight=settings.max_inflight,
+        api_key=settings.api_key.get_secret_value() if settings.api_key else None,
+        api_key_infer=settings.api_key_infer,
+    )
 
     @app.exception_handler(ServiceError)
     async def service_error(_: Request, error: ServiceError) -> JSONResponse:
-        return JSONResponse({"detail": error.message}, status_code=error.status_code)
+        retry_after = getattr(error, "retry_after_s", None)
+        headers = {"Retry-After": str(retry_after)} if retry_after else None
+        return JSONResponse(
+            {"detail": error.message}, status_code=error.status_code, headers=headers
+        )
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(_: Request, error: RequestValidationError) -> JSONResponse:

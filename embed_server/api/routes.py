@@ -104,8 +104,9 @@ async def metrics(request: Request) -> dict[str, object]:
 
 @router.get("/health", response_model=HealthResponse)
 async def health(request: Request) -> HealthResponse:
-    """Liveness: answers whenever the API process runs, and says whether Triton does."""
-    return HealthResponse(status="ok", triton_ready=await _triton(request).is_ready())
+    """Liveness: answers at once whenever the API process runs; ``triton_ready`` is what
+    the background watcher saw last (at most half a second old), not a fresh round trip."""
+    return HealthResponse(status="ok", triton_ready=_triton(request).last_known_ready)
 
 
 @router.get("/ready", response_model=MessageResponse, responses=_ERRORS)

@@ -23,6 +23,13 @@ def test_python_runner_config_batches_ragged_inputs():
     assert 'key: "padding_efficiency"' in text
 
 
+def test_queue_policy_rejects_instead_of_queueing_forever():
+    text = render_config("m", SIGNATURE, DeploymentOptions(max_queue_size=7, queue_timeout_us=900))
+    assert "timeout_action: REJECT" in text
+    assert "max_queue_size: 7" in text
+    assert "default_timeout_microseconds: 900" in text
+
+
 def test_native_backend_config_has_no_ragged_inputs_and_uses_gpu():
     options = DeploymentOptions(
         backend="onnxruntime",

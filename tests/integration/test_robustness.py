@@ -1,0 +1,340 @@
+"""Overload, faults, races, eviction, auth and hostile input against a real server.
+
+One server for this module runs with two API workers, a low in-flight limit, a small
+Triton queue, a limit of two loaded models and an API key, so each protection is live.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+import psutil
+import pytest
+from sentence_transformers import SentenceTransformer
+
+from tests.conftest import (
+    ARTIFACTS,
+    HUB_TEST_ID,
+    RunningServer,
+    start_server,
+    stop_server,
+    wait_until,
+)
+
+pytestmark = pytest.mark.integration
+
+KEY = "test-secret-key"
+AUTH = {"Authorization": f"Bearer {KEY}"}
+
+
+def robust_env(tiny_models) -> dict[str, str]:
+    return {
+        "EMBED_DEFAULT_MODELS": str(tiny_models.cls_no_normalize),
+        "EMBED_LOCAL_MODEL_DIRS": str(tiny_models.root),
+        "HF_HOME": str(tiny_models.hf_home),
+        "EMBED_WORKERS": "2",
+        "EMBED_MAX_INFLIGHT": "4",
+        "EMBED_TRITON_MAX_QUEUE_SIZE": "2",
+        "EMBED_MAX_LOADED_MODELS": "2",
+        "EMBED_API_KEY": KEY,
+        "EMBED_MAX_ITEMS_PER_REQUEST": "50",
+        "EMBED_MAX_TEXT_CHARS": "2000",
+        "EMBED_MAX_BODY_BYTES": "200000",
+    }
+
+
+@pytest.fixture(scope="module")
+def robust(tmp_path_factory, tiny_models):
+    repository = tmp_path_factory.mktemp("robust_repository")
+    server = start_server(repository, ARTIFACTS / "robust.log", robust_env(tiny_models))
+    try:
+        wait_until(server, "/ready", timeout_s=300)
+        yield server
+    finally:
+        stop_server(server)
+
+
+def snapshot(root) -> set[str]:
+    return {
+        str(p.relative_to(root))
+        for p in root.rglob("*")
+        if ".locks" not in p.parts and not p.name.startswith(".loaded_models")
+    }
+
+
+def embed(server: RunningServer, model: str, texts: list[str]) -> httpx.Response:
+    return httpx.post(server.url + "/infer", json={"model_name": model, "text": texts}, timeout=60)
+
+
+def test_management_needs_the_api_key(robust, tiny_models):
+    body = {"model_name": str(tiny_models.cls_no_normalize)}
+    for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": KEY}):
+        response = httpx.post(robust.url + "/unload_model", json=body, headers=headers)
+        assert response.status_code == 401
+        assert "API key" in response.json()["detail"]
+    assert KEY not in robust.log_path.read_text()
+    ok = httpx.post(robust.url + "/load_sentence_transformer_model", json=body, headers=AUTH)
+    assert ok.status_code == 200
+    assert embed(robust, str(tiny_models.cls_no_normalize), ["no key needed"]).status_code == 200
+
+
+def test_oversize_requests_are_refused_and_change_nothing(robust, tiny_models):
+    model = str(tiny_models.cls_no_normalize)
+    before = snapshot(robust.repository)
+    too_many = embed(robust, model, ["x"] * 51)
+    assert too_many.status_code == 413 and "limit of 50" in too_many.json()["detail"]
+    too_long = embed(robust, model, ["ok", "y" * 2001])
+    assert too_long.status_code == 413 and too_long.json()["detail"].startswith("text.1: ")
+    huge = httpx.post(
+        robust.url + "/infer",
+        content=json.dumps({"model_name": model, "text": ["z" * 300_000]}),
+        headers={"content-type": "application/json"},
+    )
+    assert huge.status_code == 413 and "body" in huge.json()["detail"]
+
+    def chunks():
+        yield b'{"model_name": "' + model.encode() + b'", "text": ["'
+        for _ in range(30):
+            yield b"a" * 10_000
+        yield b'"]}'
+
+    streamed = httpx.post(
+        robust.url + "/infer", content=chunks(), headers={"content-type": "application/json"}
+    )
+    assert streamed.status_code == 413
+    for name in ("../../etc", "/etc/passwd", "a" * 300, "a\tb", "x/../../y"):
+        response = httpx.post(
+            robust.url + "/load_sentence_transformer_model",
+            json={"model_name": name},
+            headers=AUTH,
+        )
+        assert response.status_code == 400, response.text
+        assert "/work" not in response.text and "Traceback" not in response.text
+    assert snapshot(robust.repository) == before
+
+
+def test_concurrent_loads_across_workers_convert_once(robust, tiny_models):
+    name = str(tiny_models.mean_dense)
+
+    async def load_all() -> list[int]:
+        async with httpx.AsyncClient(base_url=robust.url, timeout=300, headers=AUTH) as http:
+            body = {"model_name": name}
+            calls = [http.post("/load_sentence_transformer_model", json=body) for _ in range(20)]
+            return [r.status_code for r in await asyncio.gather(*calls)]
+
+    assert set(asyncio.run(load_all())) == {200}
+    conversions = [
+        line
+        for line in robust.log_path.read_text().splitlines()
+        if "converted" in line and name in line
+    ]
+    assert len(conversions) == 1, conversions
+
+
+def test_least_recently_used_model_is_evicted(robust, tiny_models):
+    cls_model, dense_model = str(tiny_models.cls_no_normalize), str(tiny_models.mean_dense)
+    for model in (cls_model, dense_model):
+        response = httpx.post(
+            robust.url + "/load_sentence_transformer_model",
+            json={"model_name": model},
+            headers=AUTH,
+            timeout=300,
+        )
+        assert response.status_code == 200
+    assert embed(robust, dense_model, ["used first"]).status_code == 200
+    time.sleep(6)  # past the window in which a model counts as possibly in flight
+    assert embed(robust, cls_model, ["used last"]).status_code == 200
+    third = httpx.post(
+        robust.url + "/load_sentence_transformer_model",
+        json={"model_name": HUB_TEST_ID},
+        headers=AUTH,
+        timeout=300,
+    )
+    assert third.status_code == 200, third.text
+    assert f"Unloaded {dense_model}" in third.json()["message"]
+    loaded = {m["model_name"] for m in httpx.get(robust.url + "/loaded_models").json()["models"]}
+    assert loaded == {cls_model, HUB_TEST_ID}
+    persisted = json.loads((robust.repository / ".loaded_models.json").read_text())
+    assert {e["model_name"] for e in persisted} == {cls_model, HUB_TEST_ID}
+
+
+def _api_processes(server: RunningServer) -> list[psutil.Process]:
+    port = server.url.rsplit(":", 1)[1]
+    for proc in psutil.process_iter(["cmdline"]):
+        cmdline = proc.info["cmdline"] or []
+        if "uvicorn" in " ".join(cmdline) and port in cmdline:
+            return [proc, *proc.children(recursive=True)]
+    raise AssertionError("API process not found")
+
+
+def _rss(processes: list[psutil.Process]) -> int:
+    return sum(p.memory_info().rss for p in processes if p.is_running())
+
+
+def test_saturation_gives_correct_answers_or_fast_503s(robust, tiny_models):
+    model = str(tiny_models.cls_no_normalize)
+    texts = [f"client text number {i} " + "word " * (i % 13) for i in range(40)]
+    reference = SentenceTransformer(model, device="cpu").encode(texts)
+    processes = _api_processes(robust)
+
+    async def client(http: httpx.AsyncClient, worker: int, until: float, seen: dict) -> None:
+        k = worker
+        while time.monotonic() < until:
+            index = k % len(texts)
+            k += 7
+            started = time.monotonic()
+            response = await http.post("/infer", json={"model_name": model, "text": [texts[index]]})
+            elapsed = time.monotonic() - started
+            if response.status_code == 200:
+                got = np.array(response.json()["text_embeddings"][0], dtype=np.float32)
+                want = reference[index]
+                cosine = float(got @ want / (np.linalg.norm(got) * np.linalg.norm(want)))
+                seen["wrong"] += cosine < 0.999
+                seen["ok"] += 1
+            elif response.status_code == 503:
+                assert response.headers.get("Retry-After"), response.text
+                seen["503"] += 1
+                seen["503_detail"].add(response.json()["detail"].split(":")[0])
+                seen["max_503_s"] = max(seen["max_503_s"], elapsed)
+                await asyncio.sleep(0.05)
+            else:
+                seen["other"].append((response.status_code, response.text[:200]))
+
+    async def run(duration_s: float) -> dict:
+        seen = {"ok": 0, "503": 0, "wrong": 0, "other": [], "503_detail": set(), "max_503_s": 0.0}
+        limits = httpx.Limits(max_connections=200, max_keepalive_connections=200)
+        async with httpx.AsyncClient(base_url=robust.url, timeout=60, limits=limits) as http:
+            until = time.monotonic() + duration_s
+            await asyncio.gather(*(client(http, w, until, seen) for w in range(200)))
+        return seen
+
+    asyncio.run(run(3))  # warm up connections, caches and allocator pools
+    memory_before = _rss(processes)
+    seen = asyncio.run(run(30))
+    memory_after = _rss(processes)
+    report = {k: (sorted(v) if isinstance(v, set) else v) for k, v in seen.items()}
+    (ARTIFACTS / "saturation.json").write_text(json.dumps(report, indent=2, default=str))
+    assert seen["other"] == [], seen["other"][:5]
+    assert seen["wrong"] == 0
+    assert seen["ok"] > 100 and seen["503"] > 0, report
+    assert memory_after <= memory_before * 1.2, (memory_before, memory_after)
+
+
+def test_health_is_fast_while_saturated(robust, tiny_models):
+    model = str(tiny_models.cls_no_normalize)
+
+    async def run() -> list[float]:
+        latencies: list[float] = []
+        async with httpx.AsyncClient(base_url=robust.url, timeout=60) as http:
+            stop = time.monotonic() + 8
+
+            async def load() -> None:
+                while time.monotonic() < stop:
+                    await http.post("/infer", json={"model_name": model, "text": ["busy " * 40]})
+
+            async def probe() -> None:
+                await asyncio.sleep(1)
+                while time.monotonic() < stop:
+                    started = time.monotonic()
+                    assert (await http.get("/health")).status_code == 200
+                    latencies.append(time.monotonic() - started)
+                    await asyncio.sleep(0.1)
+
+            await asyncio.gather(probe(), *(load() for _ in range(32)))
+        return latencies
+
+    latencies = asyncio.run(run())
+    assert len(latencies) > 20
+    assert float(np.percentile(latencies, 95)) < 0.1, sorted(latencies)[-5:]
+
+
+def _kill_tritonserver(server: RunningServer) -> None:
+    marker = f"--http-port={server.triton_http_port}"
+    for proc in psutil.process_iter(["cmdline"]):
+        if marker in " ".join(proc.info["cmdline"] or []):
+            proc.send_signal(signal.SIGKILL)
+
+
+def test_triton_crash_gives_fast_503s_and_recovers_with_models(robust, tiny_models):
+    model = str(tiny_models.cls_no_normalize)
+    assert embed(robust, model, ["before the crash"]).status_code == 200
+    _kill_tritonserver(robust)
+    time.sleep(0.3)
+    saw_503 = False
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        started = time.monotonic()
+        response = embed(robust, model, ["during the outage"])
+        elapsed = time.monotonic() - started
+        if response.status_code == 200:
+            break
+        assert response.status_code == 503, response.text
+        assert elapsed < 1.0, elapsed
+        if response.status_code == 503:
+            saw_503 = True
+            assert response.headers.get("Retry-After")
+            ready = httpx.get(robust.url + "/ready", timeout=5)
+            assert ready.status_code == 503
+        time.sleep(0.2)
+    assert saw_503
+    assert response.status_code == 200, "traffic did not recover after Triton came back"
+    wait_until(robust, "/ready", timeout_s=120)
+
+
+def test_api_restart_restores_the_loaded_models(robust, tmp_path_factory, tiny_models):
+    loaded_before = {
+        m["model_name"] for m in httpx.get(robust.url + "/loaded_models").json()["models"]
+    }
+    assert loaded_before
+    stop_server(robust)
+    restarted = start_server(
+        robust.repository, ARTIFACTS / "robust-restart.log", robust_env(tiny_models)
+    )
+    try:
+        wait_until(restarted, "/ready", timeout_s=300)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            models = httpx.get(restarted.url + "/loaded_models").json()["models"]
+            if {m["model_name"] for m in models} >= loaded_before:
+                break
+            time.sleep(1)
+        assert {m["model_name"] for m in models} >= loaded_before
+    finally:
+        stop_server(restarted)
+
+
+def test_fuzzing_the_openapi_schema_finds_no_server_errors(server):
+    """schemathesis against the session server: no 5xx and no hang."""
+    command = [
+        str(Path(sys.executable).parent / "st"),
+        "run",
+        f"{server.url}/openapi.json",
+        "--checks",
+        "not_a_server_error",
+        "--max-examples",
+        "25",
+        "--request-timeout",
+        "60",
+        "--phases",
+        "examples,coverage,fuzzing",
+        "--exclude-path-regex",
+        "^/(delete_model|unload_model)$",
+        "--suppress-health-check",
+        "all",
+        "--workers",
+        "1",
+    ]
+    result = subprocess.run(
+        command, capture_output=True, text=True, timeout=900, env={**os.environ, "NO_COLOR": "1"}
+    )
+    (ARTIFACTS / "schemathesis.txt").write_text(result.stdout + result.stderr)
+    assert result.returncode == 0, result.stdout[-4000:]
