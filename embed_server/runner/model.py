@@ -79,6 +79,16 @@ class TritonPythonModel:
         self.ragged = all(name in self.input_names for name in TOKEN_INPUTS)
         self.efficiency = float(params.get("padding_efficiency", "0.9"))
         self.max_rows = max(1, int(config.get("max_batch_size", 0)) or 64)
+        # Real versus padded tokens of the sub-batches run: Triton exports these with its
+        # own nv_* series, so padding waste is visible to Prometheus and benchmark.py.
+        self.token_family = pb_utils.MetricFamily(
+            name="embed_runner_tokens_total",
+            description="Tokens in the sub-batches the runner executed, by kind",
+            kind=pb_utils.MetricFamily.COUNTER,
+        )
+        model = args["model_name"]
+        self.real_tokens = self.token_family.Metric(labels={"model": model, "kind": "real"})
+        self.padded_tokens = self.token_family.Metric(labels={"model": model, "kind": "padded"})
 
     def execute(self, requests: list[Any]) -> list[Any]:
         try:
@@ -95,6 +105,9 @@ class TritonPythonModel:
         ]
 
     def finalize(self) -> None:
+        # Metrics go before their family, as the backend requires.
+        self.real_tokens = self.padded_tokens = None
+        self.token_family = None
         self.session = None
 
     def _inputs(self, request: Any) -> dict[str, np.ndarray]:
@@ -128,6 +141,8 @@ class TritonPythonModel:
                 ids[slot, :n] = rows_ids[row][:n]
                 mask[slot, :n] = 1
             outs = self.session.run(self.output_names, {"input_ids": ids, "attention_mask": mask})
+            self.real_tokens.increment(int(lengths[group].sum()))
+            self.padded_tokens.increment(len(group) * width)
             for name, out in zip(self.output_names, outs, strict=True):
                 if name not in results:
                     results[name] = np.empty((len(lengths), *out.shape[1:]), dtype=out.dtype)
