@@ -618,8 +618,8 @@ def text_mode(args: argparse.Namespace) -> dict[str, Any]:
             summary = point.summary()
             points.append(summary)
             print(
-                f"  c={concurrency:<4} {per_request:>2}/req  "
-                f"{summary['items_per_s']:8.1f} texts/s  p50 {summary['latency_ms']['p50']:7.1f} ms",
+                f"  c={concurrency:<4} {per_request:>2}/req  {summary['items_per_s']:8.1f} "
+                f"texts/s  p50 {summary['latency_ms']['p50']:7.1f} ms",
                 flush=True,
             )
     limit = None
