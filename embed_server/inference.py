@@ -129,6 +129,27 @@ class InferenceService:
             token_count=text_result[1] if text_result else 0,
         )
 
+    async def embed_token_ids(self, ref: ModelRef, rows: list[list[int]]) -> Embeddings:
+        """Embed texts the client tokenised itself (ids of this model's vocabulary)."""
+        metadata = self._model(ref)
+        if metadata["kind"] != "sentence_transformer":
+            raise BadRequest("input: token arrays are accepted for sentence-transformers only")
+        if not rows:
+            raise BadRequest("input: give at least one token array")
+        tokenizer = self._tokenizer(ref, metadata)
+        tokenizer.check_ids(rows, int(metadata.get("max_seq_length", 512)))
+        model = metadata["triton_models"]["text"]
+
+        async def run(piece: list[list[int]]) -> np.ndarray:
+            batch = tokenizer.pad_ids(piece)
+            feeds = {"input_ids": batch.input_ids, "attention_mask": batch.attention_mask}
+            return (await self._triton.infer(model, feeds, ["embedding"]))["embedding"]
+
+        size = int(metadata.get("max_batch_size", 64))
+        pieces = [rows[i : i + size] for i in range(0, len(rows), size)]
+        outputs = await asyncio.gather(*(run(piece) for piece in pieces))
+        return Embeddings(np.concatenate(outputs), None, sum(len(row) for row in rows))
+
     async def _embed_texts(
         self, ref: ModelRef, metadata: dict[str, Any], texts: list[str], output: str
     ) -> tuple[np.ndarray, int]:

@@ -12,11 +12,17 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
+from embed_server.api.job_routes import router as job_router
+from embed_server.api.observability_routes import router as observability_router
+from embed_server.api.openai_routes import router as openai_router
 from embed_server.api.routes import router
 from embed_server.errors import ServiceError
 from embed_server.image_fetch import ImageFetcher
 from embed_server.inference import ImageLimits, InferenceService
+from embed_server.jobs import JobStore, LoadJobs
 from embed_server.models import ModelManager
+from embed_server.observability.logs import configure_logging
+from embed_server.observability.middleware import RequestObserver
 from embed_server.repository import ModelRepository
 from embed_server.settings import Settings, get_settings
 from embed_server.triton import TritonGateway
@@ -44,18 +50,21 @@ async def _load_defaults(app: FastAPI, settings: Settings) -> None:
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    configure_logging(settings.log_json)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         repository = ModelRepository(settings.model_repository)
         for leftover in repository.remove_leftovers(older_than_s=settings.conversion_timeout_s):
             logger.warning("removed unfinished folder %s", leftover)
-        triton = TritonGateway(settings.triton_grpc_url, settings.triton_timeout_s)
+        triton = TritonGateway(
+            settings.triton_grpc_url,
+            settings.triton_timeout_s,
+            settings.resolved_triton_metrics_url(),
+        )
         app.state.triton = triton
         app.state.models = ModelManager(settings, repository, triton)
+        app.state.jobs = LoadJobs(JobStore(repository.root / ".jobs"), app.state.models)
         fetcher = ImageFetcher(
             allow_private=settings.allow_private_urls,
             connect_timeout_s=settings.image_connect_timeout_s,
@@ -89,12 +98,17 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             yield
         finally:
             defaults.cancel()
+            await app.state.jobs.close()
             await fetcher.close()
             image_pool.shutdown(wait=False, cancel_futures=True)
             await triton.close()
 
     app = FastAPI(title="Triton embedding server", lifespan=lifespan)
     app.include_router(router)
+    app.include_router(openai_router)
+    app.include_router(job_router)
+    app.include_router(observability_router)
+    app.add_middleware(RequestObserver)
 
     @app.exception_handler(ServiceError)
     async def service_error(_: Request, error: ServiceError) -> JSONResponse:
