@@ -16,7 +16,7 @@ _TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s [%(request_id)s]: %(message)s
 _STANDARD = set(logging.makeLogRecord({}).__dict__) | {"message", "asctime", "request_id"}
 
 
-class _RequestIdFilter(logging.Filter):
+class RequestIdFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         record.request_id = REQUEST_ID.get()
         return True
@@ -42,7 +42,7 @@ class JsonFormatter(logging.Formatter):
 def configure_logging(as_json: bool) -> None:
     """Install one stderr handler on the root logger (replacing earlier ones)."""
     handler = logging.StreamHandler()
-    handler.addFilter(_RequestIdFilter())
+    handler.addFilter(RequestIdFilter())
     handler.setFormatter(JsonFormatter() if as_json else logging.Formatter(_TEXT_FORMAT))
     root = logging.getLogger()
     root.handlers = [handler]
