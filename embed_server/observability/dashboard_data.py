@@ -55,7 +55,8 @@ def facade_figures() -> dict[str, Any]:
         "requests_total": sum(by_status.values()),
         "requests_by_status": dict(by_status),
         "requests_by_route": dict(by_route),
-        "errors_total": sum(v for k, v in by_status.items() if k.startswith("5")),
+        # 503 (Triton unavailable) is a refusal, as in the Prometheus series; not counted twice.
+        "errors_total": sum(v for k, v in by_status.items() if k.startswith("5") and k != "503"),
         "refusals_total": sum(refusals.values()),
         "refusals_by_reason": dict(refusals),
         "image_fetch_failures": dict(fetch_failures),
