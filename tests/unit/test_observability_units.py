@@ -6,6 +6,9 @@ import asyncio
 import io
 import json
 import logging
+import os
+import subprocess
+import sys
 
 import httpx
 import pytest
@@ -16,6 +19,7 @@ from embed_server.errors import BadRequest
 from embed_server.image_fetch import ImageFetcher
 from embed_server.observability.logs import JsonFormatter, RequestIdFilter
 from embed_server.observability.middleware import RequestObserver, note_model
+from tests.conftest import PROJECT_ROOT
 
 
 def json_lines_of(app: FastAPI, *requests: tuple[str, dict[str, str]]) -> list[dict]:
@@ -87,3 +91,25 @@ def test_image_fetch_failures_are_counted_by_reason():
     with pytest.raises(BadRequest, match=r"^image\.0: only http"):
         asyncio.run(run())
     assert count() - before == 1
+
+
+def test_multiprocess_mode_sums_what_every_worker_recorded(tmp_path):
+    """With PROMETHEUS_MULTIPROC_DIR set (as serve does for several workers) counts add up."""
+    record = (
+        "from embed_server.observability import metrics\n"
+        "metrics.record_request('/infer', 'm', 200, 0.01)\n"
+        "metrics.IN_FLIGHT.inc()\n"
+    )
+    read = (
+        "from embed_server.observability.dashboard_data import facade_figures\n"
+        "import json; print(json.dumps(facade_figures()))\n"
+    )
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
+    for _ in range(2):
+        subprocess.run([sys.executable, "-c", record], env=env, check=True, cwd=PROJECT_ROOT)
+    out = subprocess.run(
+        [sys.executable, "-c", read], env=env, check=True, capture_output=True, cwd=PROJECT_ROOT
+    )
+    figures = json.loads(out.stdout)
+    assert figures["requests_by_route"] == {"/infer": 2.0}
+    assert figures["latency_buckets"][-1] == [None, 2.0]
