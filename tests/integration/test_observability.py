@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import re
 import time
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.conftest import DEFAULT_MODEL
+from tests.conftest import DEFAULT_MODEL, PROJECT_ROOT
 
 pytestmark = pytest.mark.integration
 
@@ -105,3 +106,15 @@ def test_request_id_is_echoed_or_generated_and_logged(client, server):
     assert re.search(
         rf"embed_server\.access .*POST /infer {re.escape(DEFAULT_MODEL)} 200 [\d.]+ ms", line
     )
+
+
+def test_grafana_dashboard_queries_only_series_the_scrape_has(client):
+    client.post("/infer", json={"model_name": DEFAULT_MODEL, "text": ["for grafana"]})
+    families = scrape(client)
+    dashboard = json.loads((PROJECT_ROOT / "dashboards" / "grafana.json").read_text())
+    exprs = [t["expr"] for panel in dashboard["panels"] for t in panel["targets"]]
+    names = {n for e in exprs for n in re.findall(r"\b(?:embed|nv)_[a-z_]+", e)}
+    assert len(names) >= 12
+    family_of = {n: re.sub(r"_(total|bucket|sum|count)$", "", n) for n in names}
+    missing = {n for n in names if n not in families and family_of[n] not in families}
+    assert not missing
