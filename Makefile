@@ -27,6 +27,9 @@ serve: install
 	$(PY) -m embed_server serve
 
 test: install-dev
+	# The dashboard test drives Debian's headless Chromium (needs root to install).
+	command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
+		(apt-get update && apt-get install -y chromium chromium-driver)
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest
 

@@ -34,6 +34,10 @@ class ModelNotFound(ServiceError):
     status_code = 404
 
 
+class JobNotFound(ServiceError):
+    status_code = 404
+
+
 class ConversionFailed(ServiceError):
     status_code = 422
 

@@ -23,6 +23,7 @@ from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.resolver import DefaultResolver
 
 from embed_server.errors import BadRequest
+from embed_server.observability.metrics import IMAGE_FETCH_FAILURES
 
 IpAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 _REDIRECTS = {301, 302, 303, 307, 308}
@@ -39,6 +40,14 @@ def is_public_address(ip: IpAddress) -> bool:
         or ip.is_reserved
         or ip.is_unspecified
     )
+
+
+class ImageFetchFailed(BadRequest):
+    """A 400 about one image input, with a short reason that labels the failure metric."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 class ForbiddenAddress(Exception):
@@ -108,33 +117,48 @@ class ImageFetcher:
             await self._session.close()
 
     async def fetch(self, index: int, source: str) -> bytes:
+        try:
+            return await self._fetch(index, source)
+        except ImageFetchFailed as error:
+            IMAGE_FETCH_FAILURES.labels(error.reason).inc()
+            raise
+
+    async def _fetch(self, index: int, source: str) -> bytes:
         if source.startswith("data:"):
             return self._data_uri(index, source)
         try:
             return await self._fetch_url(index, source)
         except ForbiddenAddress as error:
-            raise BadRequest(
-                f"image.{index}: refused: {error.host} resolves to a non-public address"
+            raise ImageFetchFailed(
+                "forbidden_address",
+                f"image.{index}: refused: {error.host} resolves to a non-public address",
             ) from None
         except TimeoutError:
-            raise BadRequest(f"image.{index}: timed out fetching the URL") from None
+            raise ImageFetchFailed(
+                "timeout", f"image.{index}: timed out fetching the URL"
+            ) from None
         except aiohttp.ClientError as error:
-            raise BadRequest(
-                f"image.{index}: could not fetch the URL ({type(error).__name__})"
+            raise ImageFetchFailed(
+                "connection", f"image.{index}: could not fetch the URL ({type(error).__name__})"
             ) from None
 
     def _check_url(self, index: int, url: str) -> None:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https"):
-            raise BadRequest(f"image.{index}: only http, https and data:image URIs are accepted")
+            raise ImageFetchFailed(
+                "scheme", f"image.{index}: only http, https and data:image URIs are accepted"
+            )
         if not parts.hostname:
-            raise BadRequest(f"image.{index}: the URL has no host")
+            raise ImageFetchFailed("no_host", f"image.{index}: the URL has no host")
         try:
             literal = ipaddress.ip_address(parts.hostname)
         except ValueError:
             return
         if not self._address_allowed(literal):
-            raise BadRequest(f"image.{index}: refused: {parts.hostname} is a non-public address")
+            raise ImageFetchFailed(
+                "forbidden_address",
+                f"image.{index}: refused: {parts.hostname} is a non-public address",
+            )
 
     async def _fetch_url(self, index: int, url: str) -> bytes:
         session = await self._get_session()
@@ -144,31 +168,39 @@ class ImageFetcher:
                 if response.status in _REDIRECTS:
                     location = response.headers.get("Location")
                     if not location:
-                        raise BadRequest(f"image.{index}: redirect without a Location")
+                        raise ImageFetchFailed(
+                            "bad_redirect", f"image.{index}: redirect without a Location"
+                        )
                     url = urljoin(url, location)
                     continue
                 if response.status != 200:
-                    raise BadRequest(f"image.{index}: the URL answered HTTP {response.status}")
+                    raise ImageFetchFailed(
+                        "http_status", f"image.{index}: the URL answered HTTP {response.status}"
+                    )
                 self._check_content_type(index, response.headers.get("Content-Type", ""))
                 return await self._read_limited(index, response)
-        raise BadRequest(f"image.{index}: more than {self._max_redirects} redirects")
+        raise ImageFetchFailed(
+            "too_many_redirects", f"image.{index}: more than {self._max_redirects} redirects"
+        )
 
     @staticmethod
     def _check_content_type(index: int, content_type: str) -> None:
         kind = content_type.split(";")[0].strip().lower()
         if kind and not kind.startswith("image/") and kind != "application/octet-stream":
-            raise BadRequest(f"image.{index}: content type {kind!r} is not an image")
+            raise ImageFetchFailed(
+                "content_type", f"image.{index}: content type {kind!r} is not an image"
+            )
 
     async def _read_limited(self, index: int, response: Any) -> bytes:
         declared = response.content_length
         if declared is not None and declared > self._max_bytes:
-            raise BadRequest(self._too_large(index))
+            raise ImageFetchFailed("too_large", self._too_large(index))
         chunks: list[bytes] = []
         size = 0
         async for chunk in response.content.iter_chunked(64 * 1024):
             size += len(chunk)
             if size > self._max_bytes:
-                raise BadRequest(self._too_large(index))
+                raise ImageFetchFailed("too_large", self._too_large(index))
             chunks.append(chunk)
         return b"".join(chunks)
 
@@ -179,10 +211,14 @@ class ImageFetcher:
         header, sep, payload = source[5:].partition(",")
         media = header.split(";")[0].strip().lower()
         if not sep or not media.startswith("image/") or ";base64" not in header.lower():
-            raise BadRequest(f"image.{index}: data URIs must look like data:image/...;base64,...")
+            raise ImageFetchFailed(
+                "bad_data_uri", f"image.{index}: data URIs must look like data:image/...;base64,..."
+            )
         if len(payload) * 3 // 4 > self._max_bytes:
-            raise BadRequest(self._too_large(index))
+            raise ImageFetchFailed("too_large", self._too_large(index))
         try:
             return base64.b64decode(payload, validate=True)
         except (binascii.Error, ValueError):
-            raise BadRequest(f"image.{index}: the data URI is not valid base64") from None
+            raise ImageFetchFailed(
+                "bad_data_uri", f"image.{index}: the data URI is not valid base64"
+            ) from None

@@ -9,6 +9,7 @@ run off the event loop.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -144,10 +145,13 @@ class InferenceService:
         """Embed within the request deadline (504 past it), counted as in flight."""
         metadata = self._model(ref)
         self._check_input(ref, metadata, texts, images)
+        return await self._guarded(ref, self._embed(ref, metadata, texts, images, normalize))
+
+    async def _guarded(self, ref: ModelRef, work: Coroutine[Any, Any, Embeddings]) -> Embeddings:
         with self._inflight.track(ref.primary):
             try:
                 async with asyncio.timeout(self._limits.deadline_s):
-                    return await self._embed(ref, metadata, texts, images, normalize)
+                    return await work
             except TimeoutError:
                 raise DeadlineExceeded(
                     f"the request took longer than {self._limits.deadline_s:.0f} s"
@@ -187,6 +191,36 @@ class InferenceService:
             image=image_vectors,
             token_count=text_result[1] if text_result else 0,
         )
+
+    async def embed_token_ids(self, ref: ModelRef, rows: list[list[int]]) -> Embeddings:
+        """Embed texts the client tokenised itself (ids of this model's vocabulary)."""
+        metadata = self._model(ref)
+        if metadata["kind"] != "sentence_transformer":
+            raise BadRequest("input: token arrays are accepted for sentence-transformers only")
+        if not rows:
+            raise BadRequest("input: give at least one token array")
+        if len(rows) > self._limits.max_items:
+            raise PayloadTooLarge(
+                f"input: {len(rows)} items exceed the limit of {self._limits.max_items}"
+            )
+        tokenizer = self._tokenizer(ref, metadata)
+        tokenizer.check_ids(rows, int(metadata.get("max_seq_length", 512)))
+        return await self._guarded(ref, self._embed_ids(metadata, tokenizer, rows))
+
+    async def _embed_ids(
+        self, metadata: dict[str, Any], tokenizer: TextPreprocessor, rows: list[list[int]]
+    ) -> Embeddings:
+        model = metadata["triton_models"]["text"]
+
+        async def run(piece: list[list[int]]) -> np.ndarray:
+            batch = tokenizer.pad_ids(piece)
+            feeds = {"input_ids": batch.input_ids, "attention_mask": batch.attention_mask}
+            return (await self._triton.infer(model, feeds, ["embedding"]))["embedding"]
+
+        size = int(metadata.get("max_batch_size", 64))
+        pieces = [rows[i : i + size] for i in range(0, len(rows), size)]
+        outputs = await asyncio.gather(*(run(piece) for piece in pieces))
+        return Embeddings(np.concatenate(outputs), None, sum(len(row) for row in rows))
 
     async def _embed_texts(
         self, ref: ModelRef, metadata: dict[str, Any], texts: list[str], output: str

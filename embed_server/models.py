@@ -18,6 +18,7 @@ from embed_server.inflight import InflightTracker
 from embed_server.loaded_set import LoadedSet
 from embed_server.model_lock import ModelLocks
 from embed_server.model_names import ModelRef, clip_ref, sentence_transformer_ref
+from embed_server.observability.metrics import CONVERSIONS
 from embed_server.repository import ModelRepository
 from embed_server.settings import Settings
 from embed_server.statistics import model_stats
@@ -146,6 +147,7 @@ class ModelManager:
     async def _convert(self, ref: ModelRef, on_stage: Callable[[str], None] | None) -> None:
         staging = self._repository.new_staging_dir()
         started = time.perf_counter()
+        outcome = "failed"
         try:
             await run_converter(
                 ref,
@@ -155,8 +157,10 @@ class ModelManager:
                 on_stage,
             )
             self._repository.commit(staging, ref.primary)
+            outcome = "converted"
         finally:
             self._repository.discard(staging)
+            CONVERSIONS.labels(ref.kind, outcome).observe(time.perf_counter() - started)
         logger.info("converted %s in %.1f s", _label(ref), time.perf_counter() - started)
 
     async def unload(self, ref: ModelRef) -> str:

@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -73,6 +74,9 @@ class Supervisor:
     def start_api(self) -> None:
         env = dict(os.environ)
         env.setdefault("EMBED_TRITON_GRPC_URL", f"127.0.0.1:{self.settings.triton_grpc_port}")
+        if self.settings.workers > 1 and "PROMETHEUS_MULTIPROC_DIR" not in env:
+            # Each worker counts in its own files here; a scrape of any worker sums them.
+            env["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="embed-prometheus-")
         self.api = subprocess.Popen(
             [
                 sys.executable,

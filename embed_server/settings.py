@@ -40,6 +40,9 @@ class Settings(BaseSettings):
     triton_http_port: int = 8000
     triton_grpc_port: int = 8001
     triton_metrics_port: int = 8002
+    # Triton's Prometheus endpoint, merged into /metrics/prometheus; empty means
+    # http://127.0.0.1:<triton_metrics_port>/metrics.
+    triton_metrics_url: str = ""
     # "auto" picks Triton's native ONNX Runtime backend when the server has one (NGC image)
     # and the project's Python runner otherwise (the pip-installed server).
     triton_backend: Literal["auto", "onnxruntime", "python"] = "auto"
@@ -82,6 +85,8 @@ class Settings(BaseSettings):
     api_key_infer: bool = False
 
     conversion_timeout_s: float = Field(default=1800.0, gt=0)
+    # One JSON object per log line instead of plain text.
+    log_json: bool = False
     triton_timeout_s: float = Field(default=60.0, gt=0)
 
     @field_validator("default_models", mode="before")
@@ -100,6 +105,9 @@ class Settings(BaseSettings):
             return self.triton_backend
         native = self.triton_backends_dir / "onnxruntime"
         return "onnxruntime" if native.is_dir() else "python"
+
+    def resolved_triton_metrics_url(self) -> str:
+        return self.triton_metrics_url or f"http://127.0.0.1:{self.triton_metrics_port}/metrics"
 
     def resolved_instance_kind(self) -> Literal["cpu", "gpu"]:
         if self.instance_kind != "auto":

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import aiohttp
 import numpy as np
 import tritonclient.grpc.aio as grpcclient
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype
@@ -52,14 +53,30 @@ def _translate(error: InferenceServerException, model: str | None = None) -> Exc
 
 
 class TritonGateway:
-    def __init__(self, url: str, timeout_s: float) -> None:
+    def __init__(self, url: str, timeout_s: float, metrics_url: str = "") -> None:
         self._client = grpcclient.InferenceServerClient(url=url)
         self._timeout_s = timeout_s
         # Last readiness seen by the watcher; lets /health answer without a round trip.
         self.last_known_ready = False
+        self._metrics_url = metrics_url
+        self._http: aiohttp.ClientSession | None = None
 
     async def close(self) -> None:
         await self._client.close()
+        if self._http is not None:
+            await self._http.close()
+
+    async def metrics_text(self) -> str:
+        """Triton's own Prometheus exposition (``nv_*`` series), read from its metrics port."""
+        if self._http is None or self._http.closed:
+            self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5.0))
+        try:
+            async with self._http.get(self._metrics_url) as response:
+                if response.status != 200:
+                    raise TritonUnavailable(f"Triton metrics answered HTTP {response.status}")
+                return await response.text()
+        except (aiohttp.ClientError, TimeoutError):
+            raise TritonUnavailable("Triton metrics are not reachable") from None
 
     async def is_ready(self) -> bool:
         try:

@@ -13,12 +13,18 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from embed_server.api.guards import GuardMiddleware
+from embed_server.api.job_routes import router as job_router
+from embed_server.api.observability_routes import router as observability_router
+from embed_server.api.openai_routes import router as openai_router
 from embed_server.api.routes import router
 from embed_server.errors import ServiceError
 from embed_server.image_fetch import ImageFetcher
 from embed_server.inference import InferenceService, RequestLimits
 from embed_server.inflight import InflightTracker
+from embed_server.jobs import JobStore, LoadJobs
 from embed_server.models import ModelManager
+from embed_server.observability.logs import configure_logging
+from embed_server.observability.middleware import RequestObserver
 from embed_server.recovery import TritonWatcher
 from embed_server.repository import ModelRepository
 from embed_server.settings import Settings, get_settings
@@ -31,7 +37,9 @@ def _build_services(app: FastAPI, settings: Settings) -> tuple[ImageFetcher, Thr
     repository = ModelRepository(settings.model_repository)
     for leftover in repository.remove_leftovers(older_than_s=settings.conversion_timeout_s):
         logger.warning("removed unfinished folder %s", leftover)
-    triton = TritonGateway(settings.triton_grpc_url, settings.triton_timeout_s)
+    triton = TritonGateway(
+        settings.triton_grpc_url, settings.triton_timeout_s, settings.resolved_triton_metrics_url()
+    )
     inflight = InflightTracker()
     fetcher = ImageFetcher(
         allow_private=settings.allow_private_urls,
@@ -63,15 +71,14 @@ def _build_services(app: FastAPI, settings: Settings) -> tuple[ImageFetcher, Thr
         app.state.models.loaded_set,
         settings.pad_to_multiple_of,
     )
+    app.state.jobs = LoadJobs(JobStore(repository.root / ".jobs"), app.state.models)
     app.state.watcher = TritonWatcher(triton, app.state.models, settings.default_models)
     return fetcher, image_pool
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    configure_logging(settings.log_json)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -81,6 +88,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             yield
         finally:
             watcher.cancel()
+            await app.state.jobs.close()
             await fetcher.close()
             image_pool.shutdown(wait=False, cancel_futures=True)
             await app.state.triton.close()
@@ -96,6 +104,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app = FastAPI(title="Triton embedding server", lifespan=lifespan)
     app.state.readiness = readiness
     app.include_router(router)
+    app.include_router(openai_router)
+    app.include_router(job_router)
+    app.include_router(observability_router)
     app.add_middleware(
         GuardMiddleware,
         max_body_bytes=settings.max_body_bytes,
@@ -103,6 +114,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         api_key=settings.api_key.get_secret_value() if settings.api_key else None,
         api_key_infer=settings.api_key_infer,
     )
+    # Added last, so outermost: refusals by the guards are logged and counted too.
+    app.add_middleware(RequestObserver)
 
     @app.exception_handler(ServiceError)
     async def service_error(_: Request, error: ServiceError) -> JSONResponse:

@@ -20,6 +20,8 @@ from embed_server.api.schemas import (
 )
 from embed_server.inference import InferenceService
 from embed_server.models import ModelManager
+from embed_server.observability.metrics import record_usage
+from embed_server.observability.middleware import note_model
 from embed_server.statistics import model_stats
 from embed_server.triton import TritonGateway
 
@@ -59,7 +61,9 @@ async def load_clip_model(body: LoadClipRequest, request: Request) -> MessageRes
 async def infer(body: InferRequest, request: Request) -> Response:
     started = time.perf_counter()
     ref = _manager(request).resolve(body.model_name, body.pretrained)
+    note_model(request, body.model_name)
     result = await _inference(request).embed(ref, body.text, body.image, body.normalize)
+    record_usage(body.model_name, result.token_count, len(body.image or ()))
     payload: dict[str, object] = {}
     if result.text is not None:
         payload["text_embeddings"] = result.text

@@ -15,6 +15,8 @@ from typing import Any
 import numpy as np
 from tokenizers import Tokenizer
 
+from embed_server.errors import BadRequest
+
 
 @dataclass(frozen=True)
 class TokenBatch:
@@ -39,6 +41,40 @@ class TextPreprocessor:
         return cls(
             Tokenizer.from_file(str(folder / "tokenizer.json")), metadata, pad_to_multiple_of
         )
+
+    @property
+    def vocab_size(self) -> int:
+        return self._tokenizer.get_vocab_size()
+
+    def check_ids(self, rows: list[list[int]], max_length: int) -> None:
+        """Check token ids a client already has against this vocabulary and length limit.
+
+        Ids go to the model as given (special tokens included, as ``encode`` would add
+        them); a row longer than the model takes is refused rather than silently cut.
+        """
+        vocab = self.vocab_size
+        for index, row in enumerate(rows):
+            if not row:
+                raise BadRequest(f"input.{index}: a token array must not be empty")
+            if len(row) > max_length:
+                raise BadRequest(
+                    f"input.{index}: {len(row)} tokens exceed the model's limit of {max_length}"
+                )
+            bad = next((t for t in row if not 0 <= t < vocab), None)
+            if bad is not None:
+                raise BadRequest(
+                    f"input.{index}: token id {bad} is outside the vocabulary (0..{vocab - 1})"
+                )
+
+    def pad_ids(self, rows: list[list[int]]) -> TokenBatch:
+        counts = [len(row) for row in rows]
+        width = -(-max(counts) // self._multiple) * self._multiple
+        ids = np.zeros((len(rows), width), dtype=np.int64)
+        mask = np.zeros((len(rows), width), dtype=np.int64)
+        for index, row in enumerate(rows):
+            ids[index, : counts[index]] = row
+            mask[index, : counts[index]] = 1
+        return TokenBatch(ids, mask, counts)
 
     def encode(self, texts: list[str]) -> TokenBatch:
         prepared = [self._prompt + (t.lower() if self._lowercase else t) for t in texts]

@@ -1,0 +1,1 @@
+"""What the server tells operators: Prometheus series, per-request logs, dashboard data."""
