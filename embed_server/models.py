@@ -32,7 +32,7 @@ def deployment_options(settings: Settings) -> DeploymentOptions:
         backend=settings.resolved_backend(),
         max_batch_size=settings.max_batch_size,
         max_queue_delay_us=settings.max_queue_delay_us,
-        instance_count=settings.instance_count,
+        instance_count=settings.resolved_instance_count(),
         instance_kind=settings.resolved_instance_kind(),
         intra_op_threads=settings.ort_intra_op_threads,
         padding_efficiency=settings.padding_efficiency,

@@ -49,8 +49,12 @@ class Settings(BaseSettings):
     triton_backends_dir: Path = Path("/opt/tritonserver/backends")
 
     max_batch_size: int = Field(default=64, ge=1)
-    max_queue_delay_us: int = Field(default=2000, ge=0)
-    instance_count: int = Field(default=1, ge=1)
+    # 0: requests that queue while an instance is busy still form batches, and a lone
+    # request never waits for company (measured: the best p50 at concurrency 1).
+    max_queue_delay_us: int = Field(default=0, ge=0)
+    # 0 = auto: two instances on CPU (one computes while the other's batch is being
+    # handed over; measured +15-30% texts/s on 2 cores), one per GPU.
+    instance_count: int = Field(default=0, ge=0)
     instance_kind: Literal["auto", "cpu", "gpu"] = "auto"
     ort_intra_op_threads: int = Field(default=0, ge=0)
     # Share of real tokens the runner demands of each sub-batch it runs; below it a
@@ -72,7 +76,7 @@ class Settings(BaseSettings):
     image_decode_workers: int = Field(default=2, ge=1)
 
     # Overload protection and request limits.
-    max_inflight: int = Field(default=64, ge=1)
+    max_inflight: int = Field(default=512, ge=1)
     request_timeout_s: float = Field(default=30.0, gt=0)
     triton_max_queue_size: int = Field(default=512, ge=0)
     max_items_per_request: int = Field(default=512, ge=1)
@@ -108,6 +112,11 @@ class Settings(BaseSettings):
 
     def resolved_triton_metrics_url(self) -> str:
         return self.triton_metrics_url or f"http://127.0.0.1:{self.triton_metrics_port}/metrics"
+
+    def resolved_instance_count(self) -> int:
+        if self.instance_count:
+            return self.instance_count
+        return 1 if self.resolved_instance_kind() == "gpu" else 2
 
     def resolved_instance_kind(self) -> Literal["cpu", "gpu"]:
         if self.instance_kind != "auto":

@@ -65,7 +65,9 @@ class TritonPythonModel:
             options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
         # Spinning threads steal the cores the facade and Triton need between batches.
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        options.add_session_config_entry(
+            "session.intra_op.allow_spinning", params.get("allow_spinning", "0")
+        )
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         providers = ["CPUExecutionProvider"]
         if args.get("model_instance_kind") == "GPU" and "CUDAExecutionProvider" in (
