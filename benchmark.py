@@ -637,6 +637,12 @@ def image_mode(args: argparse.Namespace) -> dict[str, Any]:
         f"{args.url}/load_clip_model",
         {"model_name": args.clip_model, "pretrained": args.clip_pretrained},
     )
+    models = http_json(f"{args.url}/loaded_models")["models"]
+    triton_model = next(
+        m["triton_models"]["image"]
+        for m in models
+        if m["model_name"] == args.clip_model and m.get("pretrained") == args.clip_pretrained
+    )
     server, base = serve_images(image_bodies(32, args.seed))
     points = []
     try:
@@ -654,11 +660,13 @@ def image_mode(args: argparse.Namespace) -> dict[str, Any]:
                 for i in range(64)
             ]
             for concurrency in args.concurrency:
+                before = triton_snapshot(args.url, triton_model)
                 point = asyncio.run(
                     closed_loop(
                         args.url, bodies, concurrency, args.duration, args.warmup, per_request
                     )
                 )
+                point.triton = triton_delta(before, triton_snapshot(args.url, triton_model), {}, {})
                 summary = point.summary()
                 points.append(summary)
                 print(
