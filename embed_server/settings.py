@@ -47,6 +47,9 @@ class Settings(BaseSettings):
     # and the project's Python runner otherwise (the pip-installed server).
     triton_backend: Literal["auto", "onnxruntime", "python"] = "auto"
     triton_backends_dir: Path = Path("/opt/tritonserver/backends")
+    # Triton runs at this lower CPU priority, so the API's light work (health checks,
+    # parsing, refusals) is never starved by inference on a small machine.
+    triton_nice: int = Field(default=5, ge=0, le=19)
 
     max_batch_size: int = Field(default=64, ge=1)
     # 0: requests that queue while an instance is busy still form batches, and a lone

@@ -20,6 +20,8 @@ import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 
+from embed_server.settings import Settings
+
 RUNNER_BACKEND_NAME = "onnxruntime_python"
 _RUNNER_SOURCE = Path(__file__).resolve().parent / "runner" / "model.py"
 
@@ -120,11 +122,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--grpc-port", type=int, default=8001)
     parser.add_argument("--metrics-port", type=int, default=8002)
     parser.add_argument(
-        "--nice",
-        type=int,
-        default=int(os.environ.get("EMBED_TRITON_NICE", "5")),
-        help="lower Triton's CPU priority so the API's light work (health checks, request "
-        "parsing) is never starved by inference on a small machine",
+        "--nice", type=int, default=Settings().triton_nice, help="CPU priority offset"
     )
     args, extra = parser.parse_known_args(argv)
     args.model_repository.mkdir(parents=True, exist_ok=True)
