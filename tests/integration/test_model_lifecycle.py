@@ -225,3 +225,53 @@ def test_triton_down_gives_503_fast(server):
     finally:
         api.terminate()
         api.wait(timeout=30)
+
+
+def test_conversion_runs_off_the_event_loop_and_a_killed_one_leaves_nothing(
+    client, server, tiny_models
+):
+    """While a model converts, /health stays fast and other models keep answering; killing
+    the converter mid-way gives a clear error and leaves the repository as it was."""
+    import shutil
+    import threading
+
+    import numpy as np
+    import psutil
+
+    source = tiny_models.root / "tiny-killed"
+    shutil.copytree(tiny_models.cls_no_normalize, source)
+    before = repository_snapshot(server.repository)
+    outcome: dict[str, httpx.Response] = {}
+
+    def load() -> None:
+        outcome["load"] = httpx.post(
+            server.url + "/load_sentence_transformer_model",
+            json={"model_name": str(source)},
+            timeout=300,
+        )
+
+    loader = threading.Thread(target=load)
+    loader.start()
+    converter = None
+    deadline = time.monotonic() + 60
+    while converter is None and time.monotonic() < deadline:
+        for proc in psutil.process_iter(["cmdline"]):
+            cmdline = " ".join(proc.info["cmdline"] or [])
+            if "-m converters" in cmdline and str(source) in cmdline:
+                converter = proc
+        time.sleep(0.05)
+    assert converter is not None, "the conversion never started"
+    latencies = []
+    for _ in range(15):
+        started = time.monotonic()
+        assert client.get("/health").status_code == 200
+        latencies.append(time.monotonic() - started)
+        other = client.post("/infer", json={"model_name": DEFAULT_MODEL, "text": ["meanwhile"]})
+        assert other.status_code == 200
+        time.sleep(0.05)
+    converter.kill()
+    loader.join(timeout=120)
+    assert outcome["load"].status_code == 422, outcome["load"].text
+    assert "could not convert" in outcome["load"].json()["detail"]
+    assert float(np.percentile(latencies, 95)) < 0.1, latencies
+    assert repository_snapshot(server.repository) == before

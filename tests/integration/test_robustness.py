@@ -226,6 +226,10 @@ def test_saturation_gives_correct_answers_or_fast_503s(robust, tiny_models):
     assert seen["other"] == [], seen["other"][:5]
     assert seen["wrong"] == 0
     assert seen["ok"] > 100 and seen["503"] > 0, report
+    # Both refusals reach the client as 503 + Retry-After: the API's in-flight limit and
+    # Triton's own queue policy (max_queue_size 2 here).
+    assert any("queue" in detail for detail in seen["503_detail"]), report
+    assert any("overloaded" in detail for detail in seen["503_detail"]), report
     assert memory_after <= memory_before * 1.2, (memory_before, memory_after)
 
 
