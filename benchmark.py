@@ -284,24 +284,21 @@ def triton_delta(
 def in_process_limit(model_dir: Path, texts: list[str], seconds: float) -> dict[str, Any]:
     """The same ONNX model and corpus through ONNX Runtime here, length-sorted batches."""
     import onnxruntime as ort
-    from tokenizers import Tokenizer
 
-    tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
+    from embed_server.preprocessing.text import TextPreprocessor
+
+    metadata = json.loads((model_dir / "embedding_model.json").read_text())
+    preprocessor = TextPreprocessor.from_model_dir(model_dir, metadata)
     options = ort.SessionOptions()
     options.intra_op_num_threads = os.cpu_count() or 1
     session = ort.InferenceSession(str(model_dir / "1" / "model.onnx"), options)
 
     def run(batch: list[str]) -> None:
-        encodings = tokenizer.encode_batch(batch)
-        width = max(len(e.ids) for e in encodings)
-        ids = np.zeros((len(batch), width), dtype=np.int64)
-        mask = np.zeros((len(batch), width), dtype=np.int64)
-        for row, encoding in enumerate(encodings):
-            ids[row, : len(encoding.ids)] = encoding.ids
-            mask[row, : len(encoding.ids)] = 1
-        session.run(["embedding"], {"input_ids": ids, "attention_mask": mask})
+        tokens = preprocessor.encode(batch)
+        feeds = {"input_ids": tokens.input_ids, "attention_mask": tokens.attention_mask}
+        session.run(["embedding"], feeds)
 
-    lengths = [len(e.ids) for e in tokenizer.encode_batch(texts)]
+    lengths = preprocessor.encode(texts).token_counts
     ordered = [t for _, t in sorted(zip(lengths, texts, strict=True))]
     results: dict[str, Any] = {"by_batch_size": {}}
     for batch_size in (1, 8, 16, 32, 64):

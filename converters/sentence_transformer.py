@@ -23,6 +23,7 @@ from tokenizers import Tokenizer
 
 from converters.layout import ONNX_FILE, VERSION, write_metadata
 from converters.triton_config import DeploymentOptions, ModelSignature, TensorSpec, render_config
+from embed_server.preprocessing.text import TextPreprocessor
 
 ONNX_OPSET = 17
 VERIFY_MIN_COSINE = 0.9999
@@ -72,23 +73,18 @@ def _plain_tokenizer(model: SentenceTransformer, max_length: int) -> Tokenizer:
     return tokenizer
 
 
-def _encode_with(tokenizer: Tokenizer, texts: list[str]) -> dict[str, np.ndarray]:
-    encodings = tokenizer.encode_batch(texts)
-    width = max(len(e.ids) for e in encodings)
-    ids = np.zeros((len(texts), width), dtype=np.int64)
-    mask = np.zeros((len(texts), width), dtype=np.int64)
-    for row, encoding in enumerate(encodings):
-        ids[row, : len(encoding.ids)] = encoding.ids
-        mask[row, : len(encoding.ids)] = 1
-    return {"input_ids": ids, "attention_mask": mask}
+def _feeds(preprocessor: TextPreprocessor, texts: list[str]) -> dict[str, np.ndarray]:
+    batch = preprocessor.encode(texts)
+    return {"input_ids": batch.input_ids, "attention_mask": batch.attention_mask}
 
 
-def _verify(onnx_path: Path, model: SentenceTransformer, tokenizer: Tokenizer) -> float:
-    """Worst cosine between the exported graph and ``encode`` over sample texts."""
+def _verify(onnx_path: Path, model: SentenceTransformer, preprocessor: TextPreprocessor) -> float:
+    """Worst cosine between the exported graph, fed by the API's own tokenisation, and
+    ``encode`` over sample texts."""
     import onnxruntime as ort
 
     session = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
-    got = session.run(["embedding"], _encode_with(tokenizer, VERIFY_TEXTS))[0]
+    got = session.run(["embedding"], _feeds(preprocessor, VERIFY_TEXTS))[0]
     want = model.encode(VERIFY_TEXTS, convert_to_numpy=True)
     cosine = (got * want).sum(1) / (np.linalg.norm(got, axis=1) * np.linalg.norm(want, axis=1))
     return float(cosine.min())
@@ -109,13 +105,19 @@ def convert(
     model = SentenceTransformer(str(source_dir), device="cpu", local_files_only=True).eval()
     max_length = int(model.max_seq_length or 512)
     tokenizer = _plain_tokenizer(model, max_length)
+    text_metadata = {
+        "lowercase": bool(getattr(model[0], "do_lower_case", False)),
+        "prompts": dict(model.prompts or {}),
+        "default_prompt_name": model.default_prompt_name,
+    }
+    preprocessor = TextPreprocessor(tokenizer, text_metadata)
     wants_token_types = "token_type_ids" in model.tokenizer.model_input_names
     pipeline = _Pipeline(model, wants_token_types).eval()
 
     version_dir = out_dir / VERSION
     version_dir.mkdir(parents=True)
     onnx_path = version_dir / ONNX_FILE
-    sample = _encode_with(tokenizer, VERIFY_TEXTS[:3])
+    sample = _feeds(preprocessor, VERIFY_TEXTS[:3])
     with torch.no_grad():
         torch.onnx.export(
             pipeline,
@@ -134,7 +136,7 @@ def convert(
         )
 
     progress("verify")
-    cosine = _verify(onnx_path, model, tokenizer)
+    cosine = _verify(onnx_path, model, preprocessor)
     if cosine < VERIFY_MIN_COSINE:
         raise RuntimeError(f"exported graph disagrees with sentence-transformers (cosine {cosine})")
 
@@ -161,9 +163,7 @@ def convert(
         "max_seq_length": max_length,
         "pooling": _pooling_mode(model),
         "normalized": any(isinstance(m, Normalize) for m in model),
-        "lowercase": bool(getattr(model[0], "do_lower_case", False)),
-        "prompts": dict(model.prompts or {}),
-        "default_prompt_name": model.default_prompt_name,
+        **text_metadata,
         "backend": options.backend,
         "max_batch_size": options.max_batch_size,
         "verified_min_cosine": cosine,

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -181,6 +182,45 @@ def stop_server(server: RunningServer, sig: int = signal.SIGTERM) -> int:
     if server.process.poll() is None:
         server.process.send_signal(sig)
     return server.process.wait(timeout=60)
+
+
+@contextmanager
+def api_without_triton(repository: Path, **env_overrides: str) -> Iterator[str]:
+    """Only the API (uvicorn), its Triton address pointing nowhere; yields its URL.
+
+    Shows what the API does on its own: refusals before Triton, and answers while Triton
+    is absent.
+    """
+    port = free_port()
+    env = {
+        **os.environ,
+        "EMBED_TRITON_GRPC_URL": f"127.0.0.1:{free_port()}",
+        "EMBED_MODEL_REPOSITORY": str(repository),
+        "EMBED_DEFAULT_MODELS": "",
+        **env_overrides,
+    }
+    api = subprocess.Popen(
+        [sys.executable, "-m", "uvicorn", "app:app", "--port", str(port)],
+        cwd=PROJECT_ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                httpx.get(url + "/health", timeout=5)
+                break
+            except httpx.HTTPError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.3)
+        yield url
+    finally:
+        api.terminate()
+        api.wait(timeout=30)
 
 
 @pytest.fixture(scope="session")

@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import base64
 import io
-import os
-import subprocess
-import sys
 import threading
 import time
 
@@ -17,7 +14,7 @@ import pytest
 import torch
 from PIL import Image
 
-from tests.conftest import CLIP_ARCH, PROJECT_ROOT, free_port
+from tests.conftest import CLIP_ARCH, api_without_triton
 
 pytestmark = pytest.mark.integration
 
@@ -174,31 +171,11 @@ def test_health_answers_while_a_hundred_large_images_are_processed(
 
 def test_private_urls_are_refused_by_default(server, clip_loaded, image_server, tiny_models):
     """An API with the default setting refuses loopback and metadata addresses (400)."""
-    port = free_port()
-    env = dict(os.environ)
-    env.update(
-        EMBED_TRITON_GRPC_URL=f"127.0.0.1:{free_port()}",
-        EMBED_MODEL_REPOSITORY=str(server.repository),
-        EMBED_DEFAULT_MODELS="",
+    with api_without_triton(
+        server.repository,
         EMBED_LOCAL_MODEL_DIRS=str(tiny_models.root),
-    )
-    env.pop("EMBED_ALLOW_PRIVATE_URLS", None)
-    api = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "app:app", "--port", str(port)],
-        cwd=PROJECT_ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                httpx.get(url + "/health", timeout=5)
-                break
-            except httpx.HTTPError:
-                time.sleep(0.3)
+        EMBED_ALLOW_PRIVATE_URLS="false",
+    ) as url:
         for target in (
             f"{image_server.url}/img/square.png",
             f"http://localhost:{image_server.port}/img/square.png",
@@ -211,6 +188,3 @@ def test_private_urls_are_refused_by_default(server, clip_loaded, image_server, 
             )
             assert response.status_code == 400, (target, response.text)
             assert response.json()["detail"].startswith("image.0: refused")
-    finally:
-        api.terminate()
-        api.wait(timeout=30)

@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.conftest import DEFAULT_MODEL, PROJECT_ROOT, free_port
+from tests.conftest import DEFAULT_MODEL, api_without_triton
 
 pytestmark = pytest.mark.integration
 
@@ -190,29 +187,8 @@ def test_triton_down_gives_503_fast(server):
 
     It shares the session's repository, so the model exists on disk; only Triton is absent.
     """
-    port = free_port()
-    env = dict(os.environ)
-    env.update(
-        EMBED_TRITON_GRPC_URL=f"127.0.0.1:{free_port()}",
-        EMBED_MODEL_REPOSITORY=str(server.repository),
-        EMBED_DEFAULT_MODELS="",
-    )
-    api = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "app:app", "--port", str(port)],
-        cwd=PROJECT_ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                health = httpx.get(url + "/health", timeout=5)
-                break
-            except httpx.HTTPError:
-                time.sleep(0.3)
+    with api_without_triton(server.repository) as url:
+        health = httpx.get(url + "/health", timeout=5)
         assert health.json() == {"status": "ok", "triton_ready": False}
         started = time.monotonic()
         response = httpx.post(url + "/infer", json={"model_name": DEFAULT_MODEL, "text": ["x"]})
@@ -222,9 +198,6 @@ def test_triton_down_gives_503_fast(server):
         ready = httpx.get(url + "/ready", timeout=10)
         assert ready.status_code == 503
         assert "Triton" in ready.json()["message"]
-    finally:
-        api.terminate()
-        api.wait(timeout=30)
 
 
 def test_conversion_runs_off_the_event_loop_and_a_killed_one_leaves_nothing(
