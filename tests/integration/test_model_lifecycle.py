@@ -248,3 +248,35 @@ def test_conversion_runs_off_the_event_loop_and_a_killed_one_leaves_nothing(
     assert "could not convert" in outcome["load"].json()["detail"]
     assert float(np.percentile(latencies, 95)) < 0.1, latencies
     assert repository_snapshot(server.repository) == before
+
+
+def test_delete_during_a_load_waits_for_it(client, server, tiny_models):
+    """A delete sent while the model converts is serialised after the load, not interleaved."""
+    import shutil
+    import threading
+
+    source = tiny_models.root / "tiny-serialised"
+    shutil.copytree(tiny_models.mean_dense, source)
+    before = repository_snapshot(server.repository)
+    finished: dict[str, tuple[float, httpx.Response]] = {}
+
+    def call(route: str) -> None:
+        response = httpx.post(server.url + route, json={"model_name": str(source)}, timeout=300)
+        finished[route] = (time.monotonic(), response)
+
+    loader = threading.Thread(target=call, args=("/load_sentence_transformer_model",))
+    loader.start()
+    time.sleep(1.0)  # the load holds the model's lock, converting
+    deleter = threading.Thread(target=call, args=("/delete_model",))
+    deleter.start()
+    loader.join(timeout=300)
+    deleter.join(timeout=300)
+    load_done, load = finished["/load_sentence_transformer_model"]
+    delete_done, delete = finished["/delete_model"]
+    assert load.status_code == 200, load.text
+    assert delete.status_code == 200, delete.text
+    assert delete_done >= load_done
+    assert str(source) not in {
+        m["model_name"] for m in client.get("/loaded_models").json()["models"]
+    }
+    assert repository_snapshot(server.repository) == before
