@@ -21,6 +21,7 @@ from PIL import Image
 from converters.layout import ONNX_FILE, VERSION, write_metadata
 from converters.sources import SourceNotFound
 from converters.triton_config import DeploymentOptions, ModelSignature, TensorSpec, render_config
+from converters.verification import worst_cosine
 
 ONNX_OPSET = 17
 VERIFY_MIN_COSINE = 0.999
@@ -112,10 +113,6 @@ def _export(module: torch.nn.Module, sample: torch.Tensor, name: str, path: Path
         )
 
 
-def _cosine(a: np.ndarray, b: np.ndarray) -> float:
-    return float(((a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))).min())
-
-
 def convert(
     model_name: str,
     pretrained: str,
@@ -156,7 +153,7 @@ def convert(
         want_image = model.encode_image(images).numpy()
     got_text = text_session.run(None, {"input_ids": ids.numpy()})[0]
     got_image = image_session.run(None, {"pixels": pixels})[0]
-    cosine = min(_cosine(got_text, want_text), _cosine(got_image, want_image))
+    cosine = min(worst_cosine(got_text, want_text), worst_cosine(got_image, want_image))
     if cosine < VERIFY_MIN_COSINE:
         raise RuntimeError(f"exported graphs disagree with open_clip (cosine {cosine})")
 

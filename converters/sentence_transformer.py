@@ -23,6 +23,7 @@ from tokenizers import Tokenizer
 
 from converters.layout import ONNX_FILE, VERSION, write_metadata
 from converters.triton_config import DeploymentOptions, ModelSignature, TensorSpec, render_config
+from converters.verification import worst_cosine
 from embed_server.preprocessing.text import TextPreprocessor
 
 ONNX_OPSET = 17
@@ -86,8 +87,7 @@ def _verify(onnx_path: Path, model: SentenceTransformer, preprocessor: TextPrepr
     session = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
     got = session.run(["embedding"], _feeds(preprocessor, VERIFY_TEXTS))[0]
     want = model.encode(VERIFY_TEXTS, convert_to_numpy=True)
-    cosine = (got * want).sum(1) / (np.linalg.norm(got, axis=1) * np.linalg.norm(want, axis=1))
-    return float(cosine.min())
+    return worst_cosine(got, want)
 
 
 def convert(
