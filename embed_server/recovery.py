@@ -31,18 +31,22 @@ class TritonWatcher:
         self.restoring = False
 
     async def run(self) -> None:
-        was_ready = False
+        """Restore on each start of Triton. Liveness, not readiness, marks a start: with
+        strict readiness Triton reports not-ready while any model loads, and treating that
+        as an outage would start a restore in the middle of someone's load."""
+        was_live = False
         while True:
-            ready = await self._triton.is_ready()
+            live = await self._triton.is_live()
+            ready = live and await self._triton.is_ready()
             self._triton.last_known_ready = ready
-            if ready and not was_ready:
-                logger.info("Triton is ready; restoring models")
+            if live and not was_live:
+                logger.info("Triton is up; restoring models")
                 self.restoring = True
                 try:
                     await self._models.restore(self._defaults)
                 finally:
                     self.restoring = False
-            elif was_ready and not ready:
-                logger.warning("Triton is not ready; inference answers 503 until it returns")
-            was_ready = ready
+            elif was_live and not live:
+                logger.warning("Triton is down; inference answers 503 until it returns")
+            was_live = live
             await asyncio.sleep(self._interval_s)

@@ -6,6 +6,7 @@ Triton's failures are translated here into the service's errors, so callers neve
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import aiohttp
@@ -58,6 +59,7 @@ class TritonGateway:
         self._timeout_s = timeout_s
         # Last readiness seen by the watcher; lets /health answer without a round trip.
         self.last_known_ready = False
+        self._repository_lock = asyncio.Lock()
         self._metrics_url = metrics_url
         self._http: aiohttp.ClientSession | None = None
 
@@ -77,6 +79,14 @@ class TritonGateway:
                 return await response.text()
         except (aiohttp.ClientError, TimeoutError):
             raise TritonUnavailable("Triton metrics are not reachable") from None
+
+    async def is_live(self) -> bool:
+        """Whether the server process answers; unlike readiness, this does not flip while
+        a model is loading (strict readiness), so it tells a restart from a busy server."""
+        try:
+            return bool(await self._client.is_server_live(client_timeout=2.0))
+        except InferenceServerException:
+            return False
 
     async def is_ready(self) -> bool:
         try:
@@ -112,6 +122,12 @@ class TritonGateway:
         return {name: result.as_numpy(name) for name in outputs}
 
     async def load(self, model: str, timeout_s: float) -> None:
+        # One load or unload at a time from this process: concurrent repository changes
+        # were seen to deadlock the bundled Triton 2.51 while it spawned backend stubs.
+        async with self._repository_lock:
+            await self._load(model, timeout_s)
+
+    async def _load(self, model: str, timeout_s: float) -> None:
         try:
             await self._client.load_model(model, client_timeout=timeout_s)
         except InferenceServerException as error:
@@ -121,6 +137,10 @@ class TritonGateway:
             raise TritonError(f"Triton could not load {model!r}: {error.message()}") from None
 
     async def unload(self, model: str) -> None:
+        async with self._repository_lock:
+            await self._unload(model)
+
+    async def _unload(self, model: str) -> None:
         try:
             await self._client.unload_model(model, client_timeout=self._timeout_s)
         except InferenceServerException as error:
