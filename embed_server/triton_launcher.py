@@ -97,6 +97,11 @@ def triton_launch(
         f"--grpc-port={grpc_port}",
         f"--metrics-port={metrics_port}",
         "--allow-metrics=true",
+        # Reading /proc/stat for CPU metrics while the Python backend forks a stub was seen
+        # to deadlock in glibc (fopen vs fork locks); configs are complete, so no stub is
+        # forked for auto-completion either.
+        "--allow-cpu-metrics=false",
+        "--disable-auto-complete-config",
         "--log-verbose=0",
         *(extra_args or []),
     ]
