@@ -28,7 +28,6 @@ class TritonWatcher:
         self._models = models
         self._defaults = default_models
         self._interval_s = interval_s
-        self.restoring = False
 
     async def run(self) -> None:
         """Restore on each start of Triton. Liveness, not readiness, marks a start: with
@@ -41,11 +40,7 @@ class TritonWatcher:
             self._triton.last_known_ready = ready
             if live and not was_live:
                 logger.info("Triton is up; restoring models")
-                self.restoring = True
-                try:
-                    await self._models.restore(self._defaults)
-                finally:
-                    self.restoring = False
+                await self._models.restore(self._defaults)
             elif was_live and not live:
                 logger.warning("Triton is down; inference answers 503 until it returns")
             was_live = live
