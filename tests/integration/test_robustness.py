@@ -272,7 +272,7 @@ def test_health_is_fast_while_saturated(robust, tiny_models):
 def _kill_tritonserver(server: RunningServer) -> None:
     marker = f"--http-port={server.triton_http_port}"
     for proc in psutil.process_iter(["cmdline"]):
-        if marker in " ".join(proc.info["cmdline"] or []):
+        if marker in (proc.info["cmdline"] or []):
             proc.send_signal(signal.SIGKILL)
 
 
@@ -349,4 +349,8 @@ def test_fuzzing_the_openapi_schema_finds_no_server_errors(server):
         command, capture_output=True, text=True, timeout=900, env={**os.environ, "NO_COLOR": "1"}
     )
     (ARTIFACTS / "schemathesis.txt").write_text(result.stdout + result.stderr)
-    assert result.returncode == 0, result.stdout[-4000:]
+    server_log = server.log_path.read_text(errors="replace").splitlines()
+    supervisor_lines = [line for line in server_log if line.startswith("[serve]")]
+    assert result.returncode == 0, "\n".join(
+        [result.stdout[-4000:], "server log:", *supervisor_lines, *server_log[-60:]]
+    )
