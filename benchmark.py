@@ -221,16 +221,16 @@ def triton_snapshot(api_url: str, triton_model: str) -> dict[str, Any]:
     return {}
 
 
-def token_counters(metrics_url: str, triton_model: str) -> dict[str, float]:
-    """The runner's real/padded token counters from Triton's Prometheus endpoint."""
+def token_counters(api_url: str, model: str) -> dict[str, float]:
+    """Real/padded tokens of the sub-batches the runner executed, from the API's metrics."""
     try:
-        with urllib.request.urlopen(metrics_url, timeout=10) as response:
+        with urllib.request.urlopen(f"{api_url}/metrics/prometheus", timeout=10) as response:
             text = response.read().decode()
     except OSError:
         return {}
     counters = {}
     for line in text.splitlines():
-        if line.startswith("embed_runner_tokens_total") and f'model="{triton_model}"' in line:
+        if line.startswith("embed_batch_tokens_total") and f'model="{model}"' in line:
             kind = re.search(r'kind="(\w+)"', line)
             if kind:
                 counters[kind.group(1)] = float(line.rsplit(" ", 1)[1])
@@ -602,7 +602,7 @@ def text_mode(args: argparse.Namespace) -> dict[str, Any]:
         ]
         for concurrency in args.concurrency:
             before = triton_snapshot(args.url, triton_model)
-            tokens_before = token_counters(args.triton_metrics, triton_model)
+            tokens_before = token_counters(args.url, args.model)
             point = asyncio.run(
                 closed_loop(args.url, bodies, concurrency, args.duration, args.warmup, per_request)
             )
@@ -610,7 +610,7 @@ def text_mode(args: argparse.Namespace) -> dict[str, Any]:
                 before,
                 triton_snapshot(args.url, triton_model),
                 tokens_before,
-                token_counters(args.triton_metrics, triton_model),
+                token_counters(args.url, args.model),
             )
             summary = point.summary()
             points.append(summary)
@@ -706,7 +706,6 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--triton-http", default="http://127.0.0.1:8000")
     parser.add_argument("--triton-grpc", default="127.0.0.1:8001")
-    parser.add_argument("--triton-metrics", default="http://127.0.0.1:8002/metrics")
     parser.add_argument("--clients", type=int, default=200, help="batching scenario clients")
     parser.add_argument("--target-rps", type=int, default=20000)
     parser.add_argument("--latency-budget-ms", type=int, default=500)

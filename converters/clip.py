@@ -22,10 +22,13 @@ from converters.layout import ONNX_FILE, VERSION, write_metadata
 from converters.sources import SourceNotFound
 from converters.triton_config import DeploymentOptions, ModelSignature, TensorSpec, render_config
 from converters.verification import worst_cosine
+from embed_server.preprocessing.clip_hf_tokenizer import HfClipTokenizer
+from embed_server.preprocessing.clip_tokenizer import ClipTokenizer
 
 ONNX_OPSET = 17
 VERIFY_MIN_COSINE = 0.999
 VOCAB_FILE = "bpe_simple_vocab_16e6.txt.gz"
+HF_TOKENIZER_FILE = "tokenizer.json"
 
 
 class _TextEncoder(torch.nn.Module):
@@ -63,8 +66,10 @@ def _create(model_name: str, pretrained: str) -> tuple[torch.nn.Module, Any, Any
                 f"{pretrained!r} is not a pretrained tag of {model_name} (known: {', '.join(tags)})"
             )
     try:
+        # An hf-hub: model's weights come with it; open_clip ignores (and warns about) a tag.
+        weights = None if model_name.startswith("hf-hub:") else pretrained
         model, _, preprocess = open_clip.create_model_and_transforms(
-            model_name, pretrained=pretrained, device="cpu"
+            model_name, pretrained=weights, device="cpu"
         )
     except (OSError, RuntimeError) as error:
         if "offline" in str(error).lower() or "connect" in str(error).lower():
@@ -75,26 +80,75 @@ def _create(model_name: str, pretrained: str) -> tuple[torch.nn.Module, Any, Any
     return model.eval(), preprocess, open_clip.get_tokenizer(model_name)
 
 
-def _tokenizer_metadata(tokenizer: Any, out_dir: Path) -> dict[str, Any]:
-    if not isinstance(tokenizer, open_clip.tokenizer.SimpleTokenizer):
-        raise ValueError(
-            f"{type(tokenizer).__name__} text tokenisation is not supported yet; "
-            "only OpenCLIP's own BPE tokenizer is"
-        )
+_CLEAN_NAMES = {
+    open_clip.tokenizer._clean_lower: "lower",
+    open_clip.tokenizer._clean_whitespace: "whitespace",
+    open_clip.tokenizer._clean_canonicalize: "canonicalize",
+}
+# Cases tokenisers disagree on: case, accents, HTML entities, odd spacing, punctuation,
+# emoji, and a text far past any context length (truncation must keep the end token).
+_TOKENIZER_PROBES = [
+    "a photo of a cat",
+    "A Photo of TWO Dogs, playing!",
+    "  caf\u00e9 &amp; cr\u00e8me br\u00fbl\u00e9e\t\n  under_scores  ",
+    "\u6771\u4eac\u306e\u591c\u666f \U0001f303",
+    "word " * 400,
+]
+
+
+def _simple_tokenizer_metadata(tokenizer: Any, out_dir: Path) -> dict[str, Any]:
     if tokenizer.reduction_fn is not None:
-        raise ValueError("tokenizers with a reduction mask are not supported yet")
-    clean = {
-        open_clip.tokenizer._clean_lower: "lower",
-        open_clip.tokenizer._clean_whitespace: "whitespace",
-        open_clip.tokenizer._clean_canonicalize: "canonicalize",
-    }[tokenizer.clean_fn]
+        raise ValueError("tokenizers with a reduction mask are not supported")
     shutil.copy(open_clip.tokenizer.default_bpe(), out_dir / VOCAB_FILE)
     return {
         "type": "clip_bpe",
         "vocab_file": VOCAB_FILE,
         "context_length": int(tokenizer.context_length),
-        "clean": clean,
+        "clean": _CLEAN_NAMES[tokenizer.clean_fn],
     }
+
+
+def _hf_tokenizer_metadata(tokenizer: Any, out_dir: Path) -> dict[str, Any]:
+    if tokenizer.tokenizer_mode:
+        raise ValueError(f"tokenizer mode {tokenizer.tokenizer_mode!r} is not supported")
+    hf = tokenizer.tokenizer
+    backend = getattr(hf, "backend_tokenizer", None)
+    if backend is None:
+        raise ValueError(f"{type(hf).__name__} has no fast (Rust) tokenizer to export")
+    if hf.pad_token_id is None:
+        raise ValueError("the model's tokenizer has no padding token")
+    backend.save(str(out_dir / HF_TOKENIZER_FILE))
+    return {
+        "type": "hf",
+        "tokenizer_file": HF_TOKENIZER_FILE,
+        "context_length": int(tokenizer.context_length),
+        "clean": _CLEAN_NAMES[tokenizer.clean_fn],
+        "pad_token": str(hf.pad_token),
+        "pad_token_id": int(hf.pad_token_id),
+        "sep_token_id": hf.sep_token_id,
+        "strip_sep_token": bool(tokenizer.strip_sep_token),
+        "padding_side": hf.padding_side,
+        "truncation_side": hf.truncation_side,
+    }
+
+
+def _tokenizer_metadata(tokenizer: Any, out_dir: Path) -> dict[str, Any]:
+    """Save what the API needs to tokenise as open_clip does, and prove it does."""
+    if isinstance(tokenizer, open_clip.tokenizer.SimpleTokenizer):
+        metadata = _simple_tokenizer_metadata(tokenizer, out_dir)
+        served: Any = ClipTokenizer(
+            out_dir / VOCAB_FILE, metadata["context_length"], metadata["clean"]
+        )
+    elif isinstance(tokenizer, open_clip.tokenizer.HFTokenizer):
+        metadata = _hf_tokenizer_metadata(tokenizer, out_dir)
+        served = HfClipTokenizer(out_dir / HF_TOKENIZER_FILE, metadata)
+    else:
+        raise ValueError(f"{type(tokenizer).__name__} text tokenisation is not supported")
+    want = tokenizer(_TOKENIZER_PROBES).numpy()
+    got, _ = served(_TOKENIZER_PROBES)
+    if got.shape != want.shape or not np.array_equal(got, want):
+        raise ValueError("the served tokenisation would differ from open_clip's tokenizer")
+    return metadata
 
 
 def _export(module: torch.nn.Module, sample: torch.Tensor, name: str, path: Path) -> None:

@@ -141,6 +141,9 @@ def convert(
         raise RuntimeError(f"exported graph disagrees with sentence-transformers (cosine {cosine})")
 
     dim = int(model.get_embedding_dimension())
+    # The Python runner also reports, per text, its tokens and its sub-batch's width.
+    reports_padding = options.backend == "python"
+    token_counts = [TensorSpec("token_counts", "int64", (2,))] if reports_padding else []
     signature = ModelSignature(
         inputs=[
             TensorSpec("input_ids", "int64", (-1,), ragged=True),
@@ -149,6 +152,7 @@ def convert(
         outputs=[
             TensorSpec("embedding", "float32", (dim,)),
             TensorSpec("unnormalized", "float32", (dim,)),
+            *token_counts,
         ],
         warmup_dims={"input_ids": (16,), "attention_mask": (16,)},
     )
@@ -165,6 +169,7 @@ def convert(
         "normalized": any(isinstance(m, Normalize) for m in model),
         **text_metadata,
         "backend": options.backend,
+        "reports_padding": reports_padding,
         "max_batch_size": options.max_batch_size,
         "verified_min_cosine": cosine,
     }

@@ -27,6 +27,8 @@ from embed_server.image_fetch import ImageFetcher
 from embed_server.inflight import InflightTracker
 from embed_server.loaded_set import LoadedSet
 from embed_server.model_names import ModelRef
+from embed_server.observability.metrics import record_padding
+from embed_server.preprocessing.clip_hf_tokenizer import HfClipTokenizer
 from embed_server.preprocessing.clip_tokenizer import ClipTokenizer
 from embed_server.preprocessing.image import ImageSpec, decode_and_prepare
 from embed_server.preprocessing.text import TextPreprocessor
@@ -95,9 +97,13 @@ class InferenceService:
         folder = self._repository.path(ref.primary)
         if metadata["kind"] == "clip":
             text = metadata["text"]
-            tokenizer: Any = ClipTokenizer(
-                folder / text["vocab_file"], int(text["context_length"]), text["clean"]
-            )
+            tokenizer: Any
+            if text["type"] == "hf":
+                tokenizer = HfClipTokenizer(folder / text["tokenizer_file"], text)
+            else:
+                tokenizer = ClipTokenizer(
+                    folder / text["vocab_file"], int(text["context_length"]), text["clean"]
+                )
         else:
             native = metadata.get("backend") == "onnxruntime"
             multiple = self._pad_to_multiple_of if native else 1
@@ -236,12 +242,19 @@ class InferenceService:
             feeds = {"input_ids": batch.input_ids, "attention_mask": batch.attention_mask}
             return feeds, sum(batch.token_counts)
 
+        reports_padding = bool(metadata.get("reports_padding"))
+        outputs = [output, "token_counts"] if reports_padding else [output]
+
         async def run(piece: list[str]) -> tuple[np.ndarray, int]:
             if sum(len(t) for t in piece) > _INLINE_TOKENIZE_CHARS:
                 feeds, tokens = await asyncio.to_thread(tokenize, piece)
             else:
                 feeds, tokens = tokenize(piece)
-            return (await self._triton.infer(model, feeds, [output]))[output], tokens
+            result = await self._triton.infer(model, feeds, outputs)
+            if reports_padding:
+                counts = result["token_counts"]
+                record_padding(ref.name, int(counts[:, 0].sum()), int(counts[:, 1].sum()))
+            return result[output], tokens
 
         chunks = _chunks(texts, int(metadata.get("max_batch_size", 64)))
         results = await asyncio.gather(*(run(chunk) for chunk in chunks))

@@ -91,13 +91,21 @@ _CLIP_ARCH = re.compile(r"^(?:hf-hub:)?[A-Za-z0-9][A-Za-z0-9._/-]*$")
 _PRETRAINED_TAG = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
+HF_HUB_PREFIX = "hf-hub:"
+# open_clip takes an ``hf-hub:`` model's weights from its repository and ignores any
+# pretrained tag, so such models need none; this label stands in for it.
+HUB_WEIGHTS = "hub"
+
+
 def clip_ref(model_name: str, pretrained: str | None, allowed_dirs: list[Path]) -> ModelRef:
     """An OpenCLIP architecture plus a pretrained tag or a local checkpoint file."""
     _check_text(model_name, "model_name")
     if ".." in model_name or "//" in model_name or not _CLIP_ARCH.match(model_name):
         raise _field_error("model_name", f"{model_name!r} is not an OpenCLIP model name")
+    if pretrained is None and model_name.startswith(HF_HUB_PREFIX):
+        pretrained = HUB_WEIGHTS
     if pretrained is None:
-        raise _field_error("pretrained", "required for CLIP models")
+        raise _field_error("pretrained", "required for CLIP models other than hf-hub: ones")
     _check_text(pretrained, "pretrained")
     if pretrained.startswith("/"):
         _check_local_path(pretrained, "pretrained", allowed_dirs)

@@ -17,7 +17,12 @@ from embed_server.errors import ModelNotFound, Overloaded, ServiceError
 from embed_server.inflight import InflightTracker
 from embed_server.loaded_set import LoadedSet
 from embed_server.model_lock import ModelLocks
-from embed_server.model_names import ModelRef, clip_ref, sentence_transformer_ref
+from embed_server.model_names import (
+    HF_HUB_PREFIX,
+    ModelRef,
+    clip_ref,
+    sentence_transformer_ref,
+)
 from embed_server.observability.metrics import CONVERSIONS
 from embed_server.repository import ModelRepository
 from embed_server.settings import Settings
@@ -65,11 +70,15 @@ class ModelManager:
     def resolve(self, model_name: str, pretrained: str | None = None) -> ModelRef:
         """Validate a request's model fields and name the Triton models behind them.
 
-        A ``pretrained`` field means an OpenCLIP model; without it, a sentence-transformer.
+        A ``pretrained`` field or an ``hf-hub:`` name means an OpenCLIP model; otherwise a
+        sentence-transformer.
         """
-        if pretrained is not None:
-            return clip_ref(model_name, pretrained, self._settings.local_model_dirs)
+        if pretrained is not None or model_name.startswith(HF_HUB_PREFIX):
+            return self.resolve_clip(model_name, pretrained)
         return sentence_transformer_ref(model_name, self._settings.local_model_dirs)
+
+    def resolve_clip(self, model_name: str, pretrained: str | None) -> ModelRef:
+        return clip_ref(model_name, pretrained, self._settings.local_model_dirs)
 
     async def load(self, ref: ModelRef, on_stage: Callable[[str], None] | None = None) -> str:
         """Convert ``ref`` if the repository lacks it, then load it; returns a message."""

@@ -53,7 +53,7 @@ async def load_sentence_transformer_model(
 @router.post("/load_clip_model", response_model=MessageResponse, responses=_ERRORS)
 async def load_clip_model(body: LoadClipRequest, request: Request) -> MessageResponse:
     manager = _manager(request)
-    message = await manager.load(manager.resolve(body.model_name, body.pretrained))
+    message = await manager.load(manager.resolve_clip(body.model_name, body.pretrained))
     return MessageResponse(message=message)
 
 

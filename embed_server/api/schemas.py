@@ -17,10 +17,11 @@ class LoadSentenceTransformerRequest(_Strict):
 
 class LoadClipRequest(_Strict):
     model_name: str = Field(examples=["ViT-B-32"])
-    pretrained: str = Field(
+    pretrained: str | None = Field(
+        default=None,
         examples=["laion2b_s34b_b79k"],
         description="an open_clip pretrained tag, or an absolute checkpoint path inside "
-        "EMBED_LOCAL_MODEL_DIRS",
+        "EMBED_LOCAL_MODEL_DIRS; not needed for hf-hub: models",
     )
 
 

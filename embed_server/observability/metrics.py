@@ -44,6 +44,11 @@ IMAGE_FETCH_FAILURES = Counter(
 )
 TOKENS = Counter("embed_tokens", "Text tokens embedded, by model.", ("model",))
 IMAGES = Counter("embed_images", "Images embedded, by model.", ("model",))
+BATCH_TOKENS = Counter(
+    "embed_batch_tokens",
+    "Tokens in the sub-batches the Triton runner executed, real or padded, by model.",
+    ("model", "kind"),
+)
 CONVERSIONS = Histogram(
     "embed_conversion_duration_seconds",
     "Wall time of model conversions (download, export, verify), by kind and outcome.",
@@ -82,6 +87,11 @@ def record_usage(model: str, tokens: int, images: int) -> None:
         TOKENS.labels(model).inc(tokens)
     if images:
         IMAGES.labels(model).inc(images)
+
+
+def record_padding(model: str, real: int, padded: int) -> None:
+    BATCH_TOKENS.labels(model, "real").inc(real)
+    BATCH_TOKENS.labels(model, "padded").inc(padded)
 
 
 def registry() -> CollectorRegistry:

@@ -51,7 +51,8 @@ def _squash_whitespace(text: str) -> str:
 _NO_PUNCTUATION = str.maketrans("", "", string.punctuation)
 
 
-def _clean(text: str, mode: str) -> str:
+def clean_text(text: str, mode: str) -> str:
+    """open_clip's text cleaning by name: `lower`, `whitespace` or `canonicalize`."""
     cleaned = _basic_clean(text)
     if mode == "lower":
         return _squash_whitespace(cleaned).lower()
@@ -119,7 +120,7 @@ class ClipTokenizer:
     def encode(self, text: str) -> list[int]:
         byte_chars = _byte_to_char()
         ids: list[int] = []
-        for piece in self._pattern.findall(_clean(text, self._clean_mode)):
+        for piece in self._pattern.findall(clean_text(text, self._clean_mode)):
             ids.extend(self._word_ids("".join(byte_chars[b] for b in piece.encode("utf-8"))))
         return ids
 

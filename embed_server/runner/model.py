@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 from typing import Any
 
 # The backend stub's interpreter ignores PYTHONPATH; the launcher names the environment
@@ -27,6 +26,11 @@ import onnxruntime as ort  # noqa: E402
 import triton_python_backend_utils as pb_utils  # noqa: E402
 
 TOKEN_INPUTS = ("input_ids", "attention_mask")
+# Per row: its real tokens and the width of the sub-batch it ran in. The API sums these
+# into its padding counters. (Triton's custom-metric API is not used: one metric family
+# shared by several models is freed when one of them unloads, and the next update from
+# another corrupted tritonserver's heap.)
+TOKEN_COUNTS = "token_counts"
 
 
 def plan_sub_batches(lengths: np.ndarray, efficiency: float, max_rows: int) -> list[np.ndarray]:
@@ -82,20 +86,7 @@ class TritonPythonModel:
         self.ragged = all(name in self.input_names for name in TOKEN_INPUTS)
         self.efficiency = float(params.get("padding_efficiency", "0.9"))
         self.max_rows = max(1, int(config.get("max_batch_size", 0)) or 64)
-        # Real versus padded tokens of the sub-batches run: Triton exports these with its
-        # own nv_* series, so padding waste is visible to Prometheus and benchmark.py.
-        self.token_family = pb_utils.MetricFamily(
-            name="embed_runner_tokens_total",
-            description="Tokens in the sub-batches the runner executed, by kind",
-            kind=pb_utils.MetricFamily.COUNTER,
-        )
-        model = args["model_name"]
-        self.real_tokens = self.token_family.Metric(labels={"model": model, "kind": "real"})
-        self.padded_tokens = self.token_family.Metric(labels={"model": model, "kind": "padded"})
-        # Each increment is a round trip to the server process (~0.5 ms measured at batch
-        # size 1), so counts are kept here and flushed at most once a second.
-        self.pending_tokens = [0, 0]
-        self.last_flush = time.monotonic()
+        self.reports_tokens = any(o["name"] == TOKEN_COUNTS for o in config.get("output", []))
 
     def execute(self, requests: list[Any]) -> list[Any]:
         try:
@@ -111,21 +102,7 @@ class TritonPythonModel:
             self._response(request, out) for request, out in zip(requests, outputs, strict=True)
         ]
 
-    def _flush_token_counts(self, force: bool) -> None:
-        now = time.monotonic()
-        if force or now - self.last_flush >= 1.0:
-            real, padded = self.pending_tokens
-            if real:
-                self.real_tokens.increment(real)
-                self.padded_tokens.increment(padded)
-            self.pending_tokens = [0, 0]
-            self.last_flush = now
-
     def finalize(self) -> None:
-        self._flush_token_counts(force=True)
-        # Metrics go before their family, as the backend requires.
-        self.real_tokens = self.padded_tokens = None
-        self.token_family = None
         self.session = None
 
     def _inputs(self, request: Any) -> dict[str, np.ndarray]:
@@ -150,6 +127,7 @@ class TritonPythonModel:
         )
         lengths = np.maximum(lengths, 1)
         results: dict[str, np.ndarray] = {}
+        widths = np.empty(len(lengths), dtype=np.int64)
         for group in plan_sub_batches(lengths, self.efficiency, self.max_rows):
             width = int(lengths[group].max())
             ids = np.zeros((len(group), width), dtype=np.int64)
@@ -159,13 +137,13 @@ class TritonPythonModel:
                 ids[slot, :n] = rows_ids[row][:n]
                 mask[slot, :n] = 1
             outs = self.session.run(self.output_names, {"input_ids": ids, "attention_mask": mask})
-            self.pending_tokens[0] += int(lengths[group].sum())
-            self.pending_tokens[1] += len(group) * width
+            widths[group] = width
             for name, out in zip(self.output_names, outs, strict=True):
                 if name not in results:
                     results[name] = np.empty((len(lengths), *out.shape[1:]), dtype=out.dtype)
                 results[name][group] = out
-        self._flush_token_counts(force=False)
+        if self.reports_tokens:
+            results[TOKEN_COUNTS] = np.stack([lengths, widths], axis=1)
         bounds = np.cumsum([0] + [len(f["input_ids"]) for f in feeds])
         return [
             {name: arr[lo:hi] for name, arr in results.items()}

@@ -14,6 +14,7 @@ import pytest
 import torch
 from PIL import Image
 
+from tests.clip_hub import build_hub_clip
 from tests.conftest import CLIP_ARCH, api_without_triton
 
 pytestmark = pytest.mark.integration
@@ -188,3 +189,41 @@ def test_private_urls_are_refused_by_default(server, clip_loaded, image_server, 
             )
             assert response.status_code == 400, (target, response.text)
             assert response.json()["detail"].startswith("image.0: refused")
+
+
+@pytest.fixture(scope="module", params=["siglip", "roberta"])
+def hub_clip(request, client, tiny_models):
+    """A toy model published to the server's (offline) Hugging Face cache, loaded by name."""
+    hub = build_hub_clip(tiny_models.hf_home, request.param, seed=7)
+    response = client.post("/load_clip_model", json={"model_name": hub.model_name})
+    assert response.status_code == 200, response.text
+    return hub
+
+
+def test_hub_models_with_hugging_face_tokenizers_match_open_clip(client, hub_clip, image_server):
+    texts = [
+        "a photo of a cat",
+        "TWO Dogs,   playing in the snow!",
+        "Caf\u00e9 cr\u00e8me &amp; croissant",
+        " ".join(["longer than the context length"] * 20),
+    ]
+    body = client.post(
+        "/infer",
+        json={
+            "model_name": hub_clip.model_name,
+            "text": texts,
+            "image": [f"{image_server.url}/img/portrait.png"],
+        },
+    )
+    assert body.status_code == 200, body.text
+    ids = hub_clip.tokenizer(texts)
+    assert ids[-1, -1] != ids[0, -1], "the long text should fill the context, short ones not"
+    image = Image.open(io.BytesIO(image_server.images["portrait.png"][0]))
+    with torch.no_grad():
+        want_text = hub_clip.model.encode_text(ids).numpy()
+        want_image = hub_clip.model.encode_image(hub_clip.preprocess(image).unsqueeze(0)).numpy()
+    got_text = np.array(body.json()["text_embeddings"], dtype=np.float32)
+    got_image = np.array(body.json()["image_embeddings"], dtype=np.float32)
+    assert got_text.shape == want_text.shape
+    assert cosine_rows(got_text, want_text).min() >= 0.999, cosine_rows(got_text, want_text)
+    assert cosine_rows(got_image, want_image).min() >= 0.999

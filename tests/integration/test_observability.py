@@ -78,6 +78,28 @@ def test_triton_nv_series_are_merged_into_the_same_scrape(client):
     assert "nv_inference_queue_duration_us" in families
 
 
+def test_runner_reports_real_and_padded_tokens_of_its_sub_batches(client):
+    before = scrape(client)
+    texts = ["short", "a much longer sentence " * 6, "mid length text here"]
+    response = client.post("/infer", json={"model_name": DEFAULT_MODEL, "text": texts})
+    assert response.status_code == 200
+    after = scrape(client)
+
+    def grown(kind: str) -> float:
+        return value(after, "embed_batch_tokens_total", model=DEFAULT_MODEL, kind=kind) - value(
+            before, "embed_batch_tokens_total", model=DEFAULT_MODEL, kind=kind
+        )
+
+    real = grown("real")
+    assert real == value(after, "embed_tokens_total", model=DEFAULT_MODEL) - value(
+        before, "embed_tokens_total", model=DEFAULT_MODEL
+    )
+    # Lengths this different are not all padded to the longest (that would be ~0.4 here):
+    # every sub-batch keeps real/padded >= EMBED_PADDING_EFFICIENCY (0.9).
+    assert real > 0
+    assert real <= grown("padded") <= real / 0.9
+
+
 def test_json_metrics_keep_their_shape(client):
     body = client.get("/metrics").json()
     assert set(body) == {"model_stats"}
