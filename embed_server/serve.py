@@ -49,6 +49,41 @@ def _stop_group(process: subprocess.Popen[bytes], name: str) -> None:
         process.wait()
 
 
+def _kill_group(process: subprocess.Popen[bytes]) -> None:
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    process.wait()
+
+
+class HangWatch:
+    """Tells a hung Triton (alive, not answering) from a busy one: probes every
+    ``_PROBE_EVERY_S`` and reports a hang only after ``timeout_s`` without one answer."""
+
+    _PROBE_EVERY_S = 2.0
+
+    def __init__(self, timeout_s: float) -> None:
+        self.timeout_s = timeout_s
+        self.reset()
+
+    def reset(self) -> None:
+        self._last_answer = self._last_probe = time.monotonic()
+
+    def hung(self, port: int) -> bool:
+        now = time.monotonic()
+        if not self.timeout_s or now - self._last_probe < self._PROBE_EVERY_S:
+            return False
+        self._last_probe = now
+        if _triton_live(port):
+            self._last_answer = now
+            return False
+        if now - self._last_answer >= self.timeout_s:
+            self.reset()
+            return True
+        return False
+
+
 class Supervisor:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -123,11 +158,18 @@ class Supervisor:
             f":{self.settings.triton_http_port}, gRPC :{self.settings.triton_grpc_port})"
         )
         backoff = 1.0
+        watch = HangWatch(self.settings.triton_hang_timeout_s)
         while not self.stopping:
             time.sleep(0.2)
             if self.api is not None and self.api.poll() is not None:
                 _log(f"API exited with status {self.api.returncode}; stopping")
                 break
+            if self.triton is not None and watch.hung(self.settings.triton_http_port):
+                _log(
+                    f"Triton has not answered for {watch.timeout_s:.0f} s; killing it "
+                    "(process group) to restart it"
+                )
+                _kill_group(self.triton)
             if self.triton is not None and self.triton.poll() is not None and not self.stopping:
                 _log(
                     f"Triton exited with status {self.triton.returncode}; "
@@ -138,6 +180,7 @@ class Supervisor:
                 self.start_triton()
                 if self.wait_for_triton():
                     backoff = 1.0
+                watch.reset()
         self.shutdown()
         return 0
 

@@ -50,6 +50,10 @@ class Settings(BaseSettings):
     # Triton runs at this lower CPU priority, so the API's light work (health checks,
     # parsing, refusals) is never starved by inference on a small machine.
     triton_nice: int = Field(default=5, ge=0, le=19)
+    # A tritonserver that stops answering its liveness endpoint this long is killed and
+    # restarted (0: never). A crash can leave it alive but hung: its own fatal-signal
+    # handler was seen blocking forever on the corrupted heap it was reporting.
+    triton_hang_timeout_s: float = Field(default=15.0, ge=0.0)
 
     max_batch_size: int = Field(default=64, ge=1)
     # 0: requests that queue while an instance is busy still form batches, and a lone

@@ -122,8 +122,8 @@ class TritonGateway:
         return {name: result.as_numpy(name) for name in outputs}
 
     async def load(self, model: str, timeout_s: float) -> None:
-        # One load or unload at a time from this process: concurrent repository changes
-        # were seen to deadlock the bundled Triton 2.51 while it spawned backend stubs.
+        # One load or unload at a time from this process: Triton serialises repository
+        # changes anyway, and a queue here keeps each call's timeout its own.
         async with self._repository_lock:
             await self._load(model, timeout_s)
 

@@ -97,9 +97,8 @@ def triton_launch(
         f"--grpc-port={grpc_port}",
         f"--metrics-port={metrics_port}",
         "--allow-metrics=true",
-        # Reading /proc/stat for CPU metrics while the Python backend forks a stub was seen
-        # to deadlock in glibc (fopen vs fork locks); configs are complete, so no stub is
-        # forked for auto-completion either.
+        # Nothing here reads the nv_cpu_* series, and generated configs are complete, so
+        # neither CPU sampling nor a stub forked for config auto-completion is needed.
         "--allow-cpu-metrics=false",
         "--disable-auto-complete-config",
         "--log-verbose=0",

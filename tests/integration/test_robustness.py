@@ -49,6 +49,7 @@ def robust_env(tiny_models) -> dict[str, str]:
         "EMBED_MAX_ITEMS_PER_REQUEST": "50",
         "EMBED_MAX_TEXT_CHARS": "2000",
         "EMBED_MAX_BODY_BYTES": "200000",
+        "EMBED_TRITON_HANG_TIMEOUT_S": "5",
     }
 
 
@@ -269,11 +270,13 @@ def test_health_is_fast_while_saturated(robust, tiny_models):
     assert float(np.percentile(latencies, 95)) < 0.1, sorted(latencies)[-5:]
 
 
-def _kill_tritonserver(server: RunningServer) -> None:
+def _kill_tritonserver(server: RunningServer, sig: int = signal.SIGKILL) -> int:
     marker = f"--http-port={server.triton_http_port}"
     for proc in psutil.process_iter(["cmdline"]):
         if marker in (proc.info["cmdline"] or []):
-            proc.send_signal(signal.SIGKILL)
+            proc.send_signal(sig)
+            return proc.pid
+    raise AssertionError("no tritonserver process found")
 
 
 def test_triton_crash_gives_fast_503s_and_recovers_with_models(robust, tiny_models):
@@ -300,6 +303,35 @@ def test_triton_crash_gives_fast_503s_and_recovers_with_models(robust, tiny_mode
     assert saw_503
     assert response.status_code == 200, "traffic did not recover after Triton came back"
     wait_until(robust, "/ready", timeout_s=120)
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def test_a_hung_triton_is_killed_and_restarted_with_its_models(robust, tiny_models):
+    """A tritonserver alive but not answering (here: stopped) is replaced, not waited on."""
+    model = str(tiny_models.cls_no_normalize)
+    assert embed(robust, model, ["before the hang"]).status_code == 200
+    hung = _kill_tritonserver(robust, signal.SIGSTOP)
+    try:
+        deadline = time.monotonic() + 180
+        recovered = False
+        while time.monotonic() < deadline and not recovered:
+            try:
+                recovered = embed(robust, model, ["after the hang"]).status_code == 200
+            except httpx.TimeoutException:
+                pass
+            time.sleep(1)
+        assert recovered, "traffic did not recover after the hung Triton was replaced"
+        assert _gone(hung), "the hung tritonserver is still there"
+        assert "Triton has not answered for 5 s" in robust.log_path.read_text()
+    finally:
+        if psutil.pid_exists(hung):
+            os.kill(hung, signal.SIGKILL)
 
 
 def test_api_restart_restores_the_loaded_models(robust, tmp_path_factory, tiny_models):
