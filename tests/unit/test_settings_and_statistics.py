@@ -23,6 +23,12 @@ def test_backend_auto_picks_native_only_where_triton_has_it(tmp_path):
     assert Settings(triton_backends_dir=tmp_path).resolved_backend() == "onnxruntime"
 
 
+def test_instance_count_auto_is_two_on_cpu_one_per_gpu():
+    assert Settings(instance_kind="cpu").resolved_instance_count() == 2
+    assert Settings(instance_kind="gpu").resolved_instance_count() == 1
+    assert Settings(instance_kind="cpu", instance_count=3).resolved_instance_count() == 3
+
+
 def test_statistics_are_numbers_with_every_key():
     raw = [
         {
