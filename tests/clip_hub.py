@@ -187,3 +187,23 @@ def build_hub_clip(hf_home: Path, variant: str, seed: int) -> HubClip:
         interpolation=_PREPROCESS["interpolation"],
     )
     return HubClip(f"hf-hub:{repo_id}", model, tokenizer, preprocess)
+
+
+def publish_pretrained_tag(hf_home: Path, arch: str, tag: str, seed: int) -> Path:
+    """Random weights for an open_clip pretrained tag, where open_clip's own download code
+    looks for them: the tag's Hugging Face repository and file, in the local cache."""
+    import open_clip
+    import torch
+    from open_clip.pretrained import get_pretrained_cfg
+
+    owner, repo, filename = get_pretrained_cfg(arch, tag)["hf_hub"].split("/", 2)
+    folder = hf_home / "hub" / f"models--{owner}--{repo}"
+    snapshot = folder / "snapshots" / _COMMIT
+    snapshot.mkdir(parents=True)
+    (folder / "refs").mkdir()
+    (folder / "refs" / "main").write_text(_COMMIT)
+    torch.manual_seed(seed)
+    model = open_clip.create_model(arch, pretrained=None)
+    weights = snapshot / (filename or "open_clip_pytorch_model.bin")
+    torch.save(model.state_dict(), weights)
+    return weights

@@ -14,7 +14,7 @@ import pytest
 import torch
 from PIL import Image
 
-from tests.clip_hub import build_hub_clip
+from tests.clip_hub import build_hub_clip, publish_pretrained_tag
 from tests.conftest import CLIP_ARCH, api_without_triton
 
 pytestmark = pytest.mark.integration
@@ -227,3 +227,39 @@ def test_hub_models_with_hugging_face_tokenizers_match_open_clip(client, hub_cli
     assert got_text.shape == want_text.shape
     assert cosine_rows(got_text, want_text).min() >= 0.999, cosine_rows(got_text, want_text)
     assert cosine_rows(got_image, want_image).min() >= 0.999
+
+
+TAGGED_ARCH, TAG = "ViTamin-S", "datacomp1b"
+
+
+def test_a_pretrained_tag_loads_through_open_clips_download_from_the_cache(
+    client, tiny_models, image_server
+):
+    """The tag resolves as open_clip resolves it (its Hugging Face file), offline."""
+    weights = publish_pretrained_tag(tiny_models.hf_home, TAGGED_ARCH, TAG, seed=11)
+    loaded = client.post("/load_clip_model", json={"model_name": TAGGED_ARCH, "pretrained": TAG})
+    assert loaded.status_code == 200, loaded.text
+    texts = ["a photo of a cat", "a diagram"]
+    body = client.post(
+        "/infer",
+        json={
+            "model_name": TAGGED_ARCH,
+            "pretrained": TAG,
+            "text": texts,
+            "image": [f"{image_server.url}/img/landscape.jpg"],
+        },
+    )
+    assert body.status_code == 200, body.text
+    model, _, preprocess = open_clip.create_model_and_transforms(
+        TAGGED_ARCH, pretrained=str(weights)
+    )
+    image = Image.open(io.BytesIO(image_server.images["landscape.jpg"][0]))
+    with torch.no_grad():
+        want_text = model.eval().encode_text(open_clip.get_tokenizer(TAGGED_ARCH)(texts)).numpy()
+        want_image = model.encode_image(preprocess(image).unsqueeze(0)).numpy()
+    got_text = np.array(body.json()["text_embeddings"], dtype=np.float32)
+    got_image = np.array(body.json()["image_embeddings"], dtype=np.float32)
+    assert cosine_rows(got_text, want_text).min() >= 0.999
+    assert cosine_rows(got_image, want_image).min() >= 0.999
+    deleted = client.post("/delete_model", json={"model_name": TAGGED_ARCH, "pretrained": TAG})
+    assert deleted.status_code == 200, deleted.text
