@@ -9,7 +9,7 @@ import openai
 import pytest
 from tokenizers import Tokenizer
 
-from tests.conftest import DEFAULT_MODEL, default_model_dir
+from tests.conftest import CLIP_ARCH, DEFAULT_MODEL, default_model_dir
 
 pytestmark = pytest.mark.integration
 
@@ -129,3 +129,26 @@ def test_native_routes_keep_their_detail_error_shape(client):
     response = client.post("/infer", json={"model_name": "nobody/no-such-model", "text": ["x"]})
     assert response.status_code == 404
     assert set(response.json()) == {"detail"}
+
+
+def test_clip_text_embeddings_through_the_openai_client(oai, client, clip_checkpoint):
+    """A CLIP model's id is ``name@pretrained``; its text tower answers as ``/infer`` does by
+    default (open_clip's un-normalised ``encode_text``)."""
+    loaded = client.post(
+        "/load_clip_model", json={"model_name": CLIP_ARCH, "pretrained": str(clip_checkpoint)}
+    )
+    assert loaded.status_code == 200, loaded.text
+    model_id = f"{CLIP_ARCH}@{clip_checkpoint}"
+    response = oai.embeddings.create(model=model_id, input=TEXTS, encoding_format="float")
+    native = client.post(
+        "/infer",
+        json={
+            "model_name": CLIP_ARCH,
+            "pretrained": str(clip_checkpoint),
+            "text": TEXTS,
+        },
+    )
+    want = np.array(native.json()["text_embeddings"], dtype=np.float32)
+    np.testing.assert_allclose(vectors(response), want, atol=1e-5)
+    assert response.model == model_id
+    assert model_id in {m.id for m in oai.models.list().data}

@@ -50,6 +50,7 @@ def robust_env(tiny_models) -> dict[str, str]:
         "EMBED_MAX_TEXT_CHARS": "2000",
         "EMBED_MAX_BODY_BYTES": "200000",
         "EMBED_TRITON_HANG_TIMEOUT_S": "5",
+        "EMBED_LOG_JSON": "true",
     }
 
 
@@ -74,6 +75,30 @@ def snapshot(root) -> set[str]:
 
 def embed(server: RunningServer, model: str, texts: list[str]) -> httpx.Response:
     return httpx.post(server.url + "/infer", json={"model_name": model, "text": texts}, timeout=60)
+
+
+def test_access_log_lines_are_json_with_the_request_id(robust, tiny_models):
+    """With EMBED_LOG_JSON, every worker writes one JSON object per request."""
+    model = str(tiny_models.cls_no_normalize)
+    response = httpx.post(
+        robust.url + "/infer",
+        json={"model_name": model, "text": ["logged as json"]},
+        headers={"X-Request-ID": "json-log-check"},
+        timeout=60,
+    )
+    assert response.status_code == 200, response.text
+    deadline = time.monotonic() + 10
+    entry = None
+    while entry is None and time.monotonic() < deadline:
+        for line in robust.log_path.read_text(errors="replace").splitlines():
+            if line.startswith("{") and "json-log-check" in line:
+                entry = json.loads(line)
+        time.sleep(0.2)
+    assert entry is not None, "no JSON access line for the request"
+    assert entry["request_id"] == "json-log-check"
+    assert entry["logger"] == "embed_server.access"
+    assert (entry["route"], entry["model"], entry["status"]) == ("/infer", model, 200)
+    assert entry["duration_ms"] > 0
 
 
 def test_management_needs_the_api_key(robust, tiny_models):
@@ -284,7 +309,7 @@ def test_triton_crash_gives_fast_503s_and_recovers_with_models(robust, tiny_mode
     assert embed(robust, model, ["before the crash"]).status_code == 200
     _kill_tritonserver(robust)
     time.sleep(0.3)
-    saw_503 = False
+    saw_503 = saw_not_ready = False
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline:
         started = time.monotonic()
@@ -297,10 +322,12 @@ def test_triton_crash_gives_fast_503s_and_recovers_with_models(robust, tiny_mode
         if response.status_code == 503:
             saw_503 = True
             assert response.headers.get("Retry-After")
+            # The outage can end between the two calls, so one 503 from /ready suffices.
             ready = httpx.get(robust.url + "/ready", timeout=5)
-            assert ready.status_code == 503
+            saw_not_ready = saw_not_ready or ready.status_code == 503
         time.sleep(0.2)
     assert saw_503
+    assert saw_not_ready, "/ready never reported the outage"
     assert response.status_code == 200, "traffic did not recover after Triton came back"
     wait_until(robust, "/ready", timeout_s=120)
 
