@@ -38,6 +38,7 @@ class TritonWatcher:
             live = await self._triton.is_live()
             ready = live and await self._triton.is_ready()
             self._triton.last_known_ready = ready
+            self._triton.last_known_live = live
             if live and not was_live:
                 logger.info("Triton is up; restoring models")
                 await self._models.restore(self._defaults)

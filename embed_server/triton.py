@@ -59,6 +59,10 @@ class TritonGateway:
         self._timeout_s = timeout_s
         # Last readiness seen by the watcher; lets /health answer without a round trip.
         self.last_known_ready = False
+        # Last liveness seen by the watcher. A Triton that is alive but hung would hold
+        # every request until its deadline; once the watcher has seen it stop answering,
+        # requests are refused at once instead.
+        self.last_known_live = True
         self._repository_lock = asyncio.Lock()
         self._metrics_url = metrics_url
         self._http: aiohttp.ClientSession | None = None
@@ -102,6 +106,8 @@ class TritonGateway:
         deadline_s: float | None = None,
     ) -> dict[str, np.ndarray]:
         """Run one request; ``deadline_s`` bounds both Triton's queueing and the call."""
+        if not self.last_known_live:
+            raise TritonUnavailable("Triton is not answering; retry shortly")
         tensors = []
         for name, array in inputs.items():
             tensor = grpcclient.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))

@@ -345,6 +345,13 @@ def test_a_hung_triton_is_killed_and_restarted_with_its_models(robust, tiny_mode
     assert embed(robust, model, ["before the hang"]).status_code == 200
     hung = _kill_tritonserver(robust, signal.SIGSTOP)
     try:
+        # Once the API's watcher has seen it stop answering (within ~2.5 s), requests are
+        # refused at once rather than held until their deadline.
+        time.sleep(3)
+        started = time.monotonic()
+        refused = embed(robust, model, ["during the hang"])
+        assert refused.status_code == 503, refused.text
+        assert time.monotonic() - started < 1.0
         deadline = time.monotonic() + 180
         recovered = False
         while time.monotonic() < deadline and not recovered:
