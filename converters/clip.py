@@ -22,6 +22,7 @@ from converters.layout import ONNX_FILE, VERSION, write_metadata
 from converters.sources import SourceNotFound
 from converters.triton_config import DeploymentOptions, ModelSignature, TensorSpec, render_config
 from converters.verification import worst_cosine
+from embed_server.model_names import HF_HUB_PREFIX
 from embed_server.preprocessing.clip_hf_tokenizer import HfClipTokenizer
 from embed_server.preprocessing.clip_tokenizer import ClipTokenizer
 
@@ -53,13 +54,13 @@ class _ImageEncoder(torch.nn.Module):
 
 
 def _create(model_name: str, pretrained: str) -> tuple[torch.nn.Module, Any, Any]:
-    known = set(open_clip.list_models())
-    if not model_name.startswith("hf-hub:") and model_name not in known:
+    from_hub = model_name.startswith(HF_HUB_PREFIX)
+    if not from_hub and model_name not in set(open_clip.list_models()):
         raise SourceNotFound(f"{model_name!r} is not an OpenCLIP architecture")
     if os.path.isabs(pretrained):
         if not os.path.isfile(pretrained):
             raise SourceNotFound(f"checkpoint {Path(pretrained).name!r} does not exist")
-    elif not model_name.startswith("hf-hub:"):
+    elif not from_hub:
         tags = open_clip.list_pretrained_tags_by_model(model_name)
         if pretrained not in tags:
             raise SourceNotFound(
@@ -67,7 +68,7 @@ def _create(model_name: str, pretrained: str) -> tuple[torch.nn.Module, Any, Any
             )
     try:
         # An hf-hub: model's weights come with it; open_clip ignores (and warns about) a tag.
-        weights = None if model_name.startswith("hf-hub:") else pretrained
+        weights = None if from_hub else pretrained
         model, _, preprocess = open_clip.create_model_and_transforms(
             model_name, pretrained=weights, device="cpu"
         )

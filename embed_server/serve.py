@@ -45,8 +45,7 @@ def _stop_group(process: subprocess.Popen[bytes], name: str) -> None:
         process.wait(timeout=_STOP_GRACE_S)
     except subprocess.TimeoutExpired:
         _log(f"{name} did not stop in {_STOP_GRACE_S:.0f} s; killing it")
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
+        _kill_group(process)
 
 
 def _kill_group(process: subprocess.Popen[bytes]) -> None:

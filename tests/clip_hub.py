@@ -39,6 +39,16 @@ _PREPROCESS = {
 }
 
 
+def hub_snapshot(hf_home: Path, repo_id: str, commit: str = _COMMIT) -> Path:
+    """An empty snapshot folder of ``repo_id``, laid out as ``huggingface_hub`` caches it
+    (``refs/main`` naming the commit), for the caller to fill."""
+    folder = hf_home / "hub" / ("models--" + repo_id.replace("/", "--"))
+    (folder / "snapshots" / commit).mkdir(parents=True)
+    (folder / "refs").mkdir()
+    (folder / "refs" / "main").write_text(commit)
+    return folder / "snapshots" / commit
+
+
 @dataclass
 class HubClip:
     model_name: str
@@ -125,10 +135,7 @@ def build_hub_clip(hf_home: Path, variant: str, seed: int) -> HubClip:
     from transformers import RobertaConfig
 
     repo_id = f"test-org/tiny-{variant}-clip"
-    snapshot = hf_home / "hub" / ("models--" + repo_id.replace("/", "--")) / "snapshots" / _COMMIT
-    snapshot.mkdir(parents=True)
-    (snapshot.parent.parent / "refs").mkdir()
-    (snapshot.parent.parent / "refs" / "main").write_text(_COMMIT)
+    snapshot = hub_snapshot(hf_home, repo_id)
     # Built here from a local copy (open_clip resolves names in config through the hub).
     local = hf_home.parent / f"tiny-{variant}-clip-local"
     local.mkdir()
@@ -169,14 +176,15 @@ def build_hub_clip(hf_home: Path, variant: str, seed: int) -> HubClip:
     for item in local.iterdir():
         if item != config_file:
             shutil.copy(item, snapshot / item.name)
+    hub_config = model_config(repo_id)
     (snapshot / "open_clip_config.json").write_text(
-        json.dumps({"model_cfg": model_config(repo_id), "preprocess_cfg": _PREPROCESS})
+        json.dumps({"model_cfg": hub_config, "preprocess_cfg": _PREPROCESS})
     )
     torch.save(model.state_dict(), snapshot / "open_clip_pytorch_model.bin")
     tokenizer = open_clip.tokenizer.HFTokenizer(
         str(local),
-        context_length=model_config(repo_id)["text_cfg"]["context_length"],
-        **model_config(repo_id)["text_cfg"].get("tokenizer_kwargs", {}),
+        context_length=hub_config["text_cfg"]["context_length"],
+        **hub_config["text_cfg"].get("tokenizer_kwargs", {}),
     )
     preprocess = open_clip.image_transform(
         _VISION["image_size"],
@@ -197,11 +205,7 @@ def publish_pretrained_tag(hf_home: Path, arch: str, tag: str, seed: int) -> Pat
     from open_clip.pretrained import get_pretrained_cfg
 
     owner, repo, filename = get_pretrained_cfg(arch, tag)["hf_hub"].split("/", 2)
-    folder = hf_home / "hub" / f"models--{owner}--{repo}"
-    snapshot = folder / "snapshots" / _COMMIT
-    snapshot.mkdir(parents=True)
-    (folder / "refs").mkdir()
-    (folder / "refs" / "main").write_text(_COMMIT)
+    snapshot = hub_snapshot(hf_home, f"{owner}/{repo}")
     torch.manual_seed(seed)
     model = open_clip.create_model(arch, pretrained=None)
     weights = snapshot / (filename or "open_clip_pytorch_model.bin")

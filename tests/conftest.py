@@ -22,6 +22,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.clip_hub import hub_snapshot
 from tests.images import ImageServer
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -95,11 +96,8 @@ def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> TinyModels:
     )
     # A Hugging Face cache holding one model, as `huggingface_hub` lays it out.
     hf_home = tmp_path_factory.mktemp("hf_home")
-    repo = hf_home / "hub" / ("models--" + HUB_TEST_ID.replace("/", "--"))
-    commit = "0123456789abcdef0123456789abcdef01234567"
-    shutil.copytree(cls_model, repo / "snapshots" / commit)
-    (repo / "refs").mkdir()
-    (repo / "refs" / "main").write_text(commit)
+    snapshot = hub_snapshot(hf_home, HUB_TEST_ID, commit="0123456789abcdef0123456789abcdef01234567")
+    shutil.copytree(cls_model, snapshot, dirs_exist_ok=True)
     return TinyModels(root, cls_model, dense_model, broken, hf_home)
 
 

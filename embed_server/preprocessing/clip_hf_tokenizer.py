@@ -23,7 +23,6 @@ class HfClipTokenizer:
     def __init__(self, tokenizer_file: Path, settings: dict[str, Any]) -> None:
         self.context_length = int(settings["context_length"])
         self._clean_mode = str(settings["clean"])
-        self._pad_id = int(settings["pad_token_id"])
         sep = settings.get("sep_token_id")
         strip = settings.get("strip_sep_token") and sep is not None
         self._strip_sep_id = int(sep) if strip else None
@@ -35,7 +34,7 @@ class HfClipTokenizer:
         )
         tokenizer.enable_padding(
             direction=str(settings.get("padding_side", "right")),
-            pad_id=self._pad_id,
+            pad_id=int(settings["pad_token_id"]),
             pad_token=str(settings["pad_token"]),
             length=self.context_length,
         )
