@@ -34,6 +34,7 @@ class DeploymentOptions:
     instance_count: int = 1
     instance_kind: Literal["cpu", "gpu"] = "cpu"
     intra_op_threads: int = 0
+    single_text_spinning: bool = True
     padding_efficiency: float = 0.9
     warmup: bool = True
     # Past this queue length Triton rejects at once (the API answers 503 + Retry-After);
@@ -114,6 +115,7 @@ def render_config(name: str, signature: ModelSignature, options: DeploymentOptio
             params["intra_op_thread_count"] = str(options.intra_op_threads)
     else:
         params["padding_efficiency"] = str(options.padding_efficiency)
+        params["single_text_spinning"] = "1" if options.single_text_spinning else "0"
         if options.intra_op_threads:
             params["intra_op_threads"] = str(options.intra_op_threads)
     for key, value in params.items():

@@ -40,6 +40,7 @@ def deployment_options(settings: Settings) -> DeploymentOptions:
         instance_count=settings.resolved_instance_count(),
         instance_kind=settings.resolved_instance_kind(),
         intra_op_threads=settings.ort_intra_op_threads,
+        single_text_spinning=settings.ort_single_text_spinning,
         padding_efficiency=settings.padding_efficiency,
         warmup=settings.warmup,
         max_queue_size=settings.triton_max_queue_size,

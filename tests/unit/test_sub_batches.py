@@ -36,3 +36,49 @@ def test_efficiency_one_groups_only_identical_lengths():
     lengths = np.array([3, 3, 7, 7, 7, 9])
     groups = plan_sub_batches(lengths, efficiency=1.0, max_rows=64)
     assert [sorted(lengths[g].tolist()) for g in groups] == [[3, 3], [7, 7, 7], [9]]
+
+
+class RecordingSession:
+    def __init__(self) -> None:
+        self.batch_sizes: list[int] = []
+
+    def run(self, names, feeds):
+        rows = len(feeds["input_ids"])
+        self.batch_sizes.append(rows)
+        return [np.zeros((rows, 4), dtype=np.float32)]
+
+
+def runner_with(single_text_session):
+    from embed_server.runner.model import TritonPythonModel
+
+    runner = TritonPythonModel()
+    runner.session = RecordingSession()
+    runner.single_text_session = single_text_session
+    runner.output_names = ["embedding"]
+    runner.efficiency = 0.9
+    runner.max_rows = 64
+    runner.reports_tokens = True
+    return runner
+
+
+def feed(*lengths):
+    width = max(lengths)
+    mask = np.array([[1] * n + [0] * (width - n) for n in lengths], dtype=np.int64)
+    return {"input_ids": mask * 7, "attention_mask": mask}
+
+
+def test_a_lone_text_runs_in_the_spinning_session_and_batches_do_not():
+    spinning = RecordingSession()
+    runner = runner_with(spinning)
+    runner._run_text([feed(5)])
+    runner._run_text([feed(5), feed(6)])
+    runner._run_text([feed(5, 5)])
+    assert spinning.batch_sizes == [1]
+    assert runner.session.batch_sizes == [2, 2]
+
+
+def test_without_a_spinning_session_a_lone_text_runs_in_the_batch_session():
+    runner = runner_with(None)
+    out = runner._run_text([feed(3)])
+    assert runner.session.batch_sizes == [1]
+    assert out[0]["token_counts"].tolist() == [[3, 3]]

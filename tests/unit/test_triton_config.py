@@ -44,3 +44,11 @@ def test_native_backend_config_has_no_ragged_inputs_and_uses_gpu():
     assert "kind: KIND_GPU" in text and "count: 2" in text
     assert 'key: "intra_op_thread_count"' in text
     assert "model_warmup" not in text
+
+
+def test_lone_text_spinning_is_on_by_default_and_can_be_turned_off():
+    assert 'key: "single_text_spinning"\n  value: { string_value: "1" }' in render_config(
+        "m", SIGNATURE, DeploymentOptions()
+    )
+    off = render_config("m", SIGNATURE, DeploymentOptions(single_text_spinning=False))
+    assert 'key: "single_text_spinning"\n  value: { string_value: "0" }' in off
