@@ -37,6 +37,9 @@ class Settings(BaseSettings):
     local_model_dirs: Annotated[list[Path], NoDecode] = Field(default_factory=list)
 
     triton_grpc_url: str = "127.0.0.1:8001"
+    # Inference goes over Triton's HTTP endpoint; empty means the gRPC URL's host at
+    # triton_http_port.
+    triton_http_url: str = ""
     triton_http_port: int = 8000
     triton_grpc_port: int = 8001
     triton_metrics_port: int = 8002
@@ -120,6 +123,10 @@ class Settings(BaseSettings):
             return self.triton_backend
         native = self.triton_backends_dir / "onnxruntime"
         return "onnxruntime" if native.is_dir() else "python"
+
+    def resolved_triton_http_url(self) -> str:
+        host = self.triton_grpc_url.rsplit(":", 1)[0] or "127.0.0.1"
+        return self.triton_http_url or f"http://{host}:{self.triton_http_port}"
 
     def resolved_triton_metrics_url(self) -> str:
         return self.triton_metrics_url or f"http://127.0.0.1:{self.triton_metrics_port}/metrics"

@@ -1,4 +1,6 @@
-"""The only module that talks to Triton: one persistent gRPC (asyncio) channel per process.
+"""The only module that talks to Triton, from each API process: inference over pooled HTTP
+connections (:mod:`embed_server.triton_http`, the cheaper path per request), everything
+else over one persistent gRPC (asyncio) channel.
 
 Triton's failures are translated here into the service's errors, so callers never see a
 ``tritonclient`` exception: an unreachable server is 503, an unknown or unready model 404.
@@ -8,11 +10,12 @@ from __future__ import annotations
 
 import asyncio
 from typing import Any
+from urllib.parse import quote, urlsplit
 
 import aiohttp
 import numpy as np
 import tritonclient.grpc.aio as grpcclient
-from tritonclient.utils import InferenceServerException, np_to_triton_dtype
+from tritonclient.utils import InferenceServerException
 
 from embed_server.errors import (
     BadRequest,
@@ -22,13 +25,24 @@ from embed_server.errors import (
     TritonError,
     TritonUnavailable,
 )
+from embed_server.triton_http import (
+    HEADER_LENGTH,
+    ConnectionFailed,
+    HttpConnectionPool,
+    decode_infer_response,
+    encode_infer_request,
+)
 
 _UNREACHABLE_HINTS = ("failed to connect", "connection refused", "socket closed", "connect failed")
+# Triton's HTTP statuses, named as its gRPC statuses are, so one translation serves both.
+_HTTP_STATUS_NAMES = {400: "INVALID_ARGUMENT", 404: "NOT_FOUND", 503: "UNAVAILABLE"}
 
 
 def _translate(error: InferenceServerException, model: str | None = None) -> Exception:
-    status = str(error.status() or "")
-    message = str(error.message() or "")
+    return _translate_status(str(error.status() or ""), str(error.message() or ""), model)
+
+
+def _translate_status(status: str, message: str, model: str | None) -> Exception:
     lowered = message.lower()
     if "exceeds maximum queue size" in lowered:
         return Overloaded("Triton's queue for this model is full; retry shortly")
@@ -54,8 +68,10 @@ def _translate(error: InferenceServerException, model: str | None = None) -> Exc
 
 
 class TritonGateway:
-    def __init__(self, url: str, timeout_s: float, metrics_url: str = "") -> None:
+    def __init__(self, url: str, http_url: str, timeout_s: float, metrics_url: str = "") -> None:
         self._client = grpcclient.InferenceServerClient(url=url)
+        address = urlsplit(http_url)
+        self._infer_pool = HttpConnectionPool(address.hostname or "127.0.0.1", address.port or 80)
         self._timeout_s = timeout_s
         # Last readiness seen by the watcher; lets /health answer without a round trip.
         self.last_known_ready = False
@@ -68,6 +84,7 @@ class TritonGateway:
         self._http: aiohttp.ClientSession | None = None
 
     async def close(self) -> None:
+        self._infer_pool.close()
         await self._client.close()
         if self._http is not None:
             await self._http.close()
@@ -99,33 +116,30 @@ class TritonGateway:
             return False
 
     async def infer(
-        self,
-        model: str,
-        inputs: dict[str, np.ndarray],
-        outputs: list[str],
-        deadline_s: float | None = None,
+        self, model: str, inputs: dict[str, np.ndarray], outputs: list[str]
     ) -> dict[str, np.ndarray]:
-        """Run one request; ``deadline_s`` bounds both Triton's queueing and the call."""
+        """Run one request, bounded in Triton's queue and in total by the Triton timeout."""
         if not self.last_known_live:
             raise TritonUnavailable("Triton is not answering; retry shortly")
-        tensors = []
-        for name, array in inputs.items():
-            tensor = grpcclient.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
-            tensor.set_data_from_numpy(array)
-            tensors.append(tensor)
-        requested = [grpcclient.InferRequestedOutput(name) for name in outputs]
+        body, header_length = encode_infer_request(
+            inputs, outputs, timeout_us=int(self._timeout_s * 1_000_000)
+        )
+        path = f"/v2/models/{quote(model, safe='')}/infer"
         try:
-            wait_s = self._timeout_s if deadline_s is None else max(deadline_s, 0.001)
-            result = await self._client.infer(
-                model,
-                tensors,
-                outputs=requested,
-                timeout=int(wait_s * 1_000_000),
-                client_timeout=wait_s,
-            )
-        except InferenceServerException as error:
-            raise _translate(error, model) from None
-        return {name: result.as_numpy(name) for name in outputs}
+            async with asyncio.timeout(self._timeout_s):
+                reply = await self._infer_pool.post(path, {HEADER_LENGTH: str(header_length)}, body)
+        except TimeoutError:
+            raise DeadlineExceeded("Triton did not answer within the request deadline") from None
+        except ConnectionFailed:
+            raise TritonUnavailable("Triton is not reachable") from None
+        if reply.status != 200:
+            status = _HTTP_STATUS_NAMES.get(reply.status, f"HTTP {reply.status}")
+            raise _translate_status(status, reply.error_message(), model)
+        try:
+            arrays = decode_infer_response(reply)
+            return {name: arrays[name] for name in outputs}
+        except (ValueError, KeyError) as error:
+            raise TritonError(f"Triton's reply could not be read: {error}") from None
 
     async def load(self, model: str, timeout_s: float) -> None:
         # One load or unload at a time from this process: Triton serialises repository

@@ -38,7 +38,10 @@ def _build_services(app: FastAPI, settings: Settings) -> tuple[ImageFetcher, Thr
     for leftover in repository.remove_leftovers(older_than_s=settings.conversion_timeout_s):
         logger.warning("removed unfinished folder %s", leftover)
     triton = TritonGateway(
-        settings.triton_grpc_url, settings.triton_timeout_s, settings.resolved_triton_metrics_url()
+        settings.triton_grpc_url,
+        settings.resolved_triton_http_url(),
+        settings.triton_timeout_s,
+        settings.resolved_triton_metrics_url(),
     )
     inflight = InflightTracker()
     fetcher = ImageFetcher(

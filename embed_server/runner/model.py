@@ -132,6 +132,9 @@ class TritonPythonModel:
         ]
 
     def _run_text(self, feeds: list[dict[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
+        if len(feeds) == 1 and len(feeds[0]["attention_mask"]) == 1:
+            if feeds[0]["attention_mask"].all():
+                return [self._run_lone_text(feeds[0])]
         rows_ids = [row for f in feeds for row in f["input_ids"]]
         lengths = np.array(
             [int(m.sum()) for f in feeds for m in f["attention_mask"]], dtype=np.int64
@@ -163,6 +166,17 @@ class TritonPythonModel:
             {name: arr[lo:hi] for name, arr in results.items()}
             for lo, hi in zip(bounds[:-1], bounds[1:], strict=True)
         ]
+
+    def _run_lone_text(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """One text without padding, as a request of one arrives when nothing else queued:
+        the latency-bound case, so no stripping, grouping or copying."""
+        session = self.single_text_session or self.session
+        outs = session.run(self.output_names, feed)
+        results = dict(zip(self.output_names, outs, strict=True))
+        if self.reports_tokens:
+            width = feed["attention_mask"].shape[1]
+            results[TOKEN_COUNTS] = np.array([[width, width]], dtype=np.int64)
+        return results
 
     def _response(self, request: Any, outputs: dict[str, np.ndarray]) -> Any:
         wanted = request.requested_output_names() or self.output_names

@@ -82,3 +82,12 @@ def test_without_a_spinning_session_a_lone_text_runs_in_the_batch_session():
     out = runner._run_text([feed(3)])
     assert runner.session.batch_sizes == [1]
     assert out[0]["token_counts"].tolist() == [[3, 3]]
+
+
+def test_a_lone_padded_text_is_stripped_and_still_runs_in_the_spinning_session():
+    spinning = RecordingSession()
+    runner = runner_with(spinning)
+    mask = np.array([[1, 1, 1, 0, 0]], dtype=np.int64)
+    out = runner._run_text([{"input_ids": mask * 7, "attention_mask": mask}])
+    assert spinning.batch_sizes == [1] and runner.session.batch_sizes == []
+    assert out[0]["token_counts"].tolist() == [[3, 3]]
