@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from tests.conftest import PROJECT_ROOT
+from tests.conftest import CLIP_ARCH, PROJECT_ROOT
 
 pytestmark = pytest.mark.integration
 
@@ -76,3 +76,38 @@ def test_text_sweep_reports_every_point_against_the_in_process_limit(server, tmp
     assert limit["batch1_latency_ms_p50"] == min(r["batch1_latency_ms_p50"] for r in limit["runs"])
     assert "In-process ONNX Runtime limit" in result.stdout
     assert (tmp_path / "benchmark-text.png").stat().st_size > 0
+
+
+def test_image_sweep_fetches_generated_images_from_a_local_http_server(
+    server, clip_checkpoint, tmp_path
+):
+    command = [
+        sys.executable,
+        str(PROJECT_ROOT / "benchmark.py"),
+        "--url",
+        server.url,
+        "--mode",
+        "images",
+        "--clip-model",
+        CLIP_ARCH,
+        "--clip-pretrained",
+        str(clip_checkpoint),
+        "--concurrency",
+        "2",
+        "--images-per-request",
+        "2",
+        "--duration",
+        "1.5",
+        "--warmup",
+        "0.5",
+        "--output",
+        str(tmp_path),
+    ]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads((tmp_path / "benchmark-images.json").read_text())
+    [point] = report["points"]
+    assert point["items_per_request"] == 2 and point["items_per_s"] > 0
+    assert not point["errors"]
+    assert point["triton"]["mean_executed_batch"] >= 2
+    assert (tmp_path / "benchmark-images.png").stat().st_size > 0
