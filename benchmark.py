@@ -587,12 +587,11 @@ def text_mode(args: argparse.Namespace) -> dict[str, Any]:
     http_json(f"{args.url}/load_sentence_transformer_model", {"model_name": args.model})
     models = http_json(f"{args.url}/loaded_models")["models"]
     triton_model = next(m["triton_models"]["text"] for m in models if m["model_name"] == args.model)
+    model_dir = Path(args.model_repository) / triton_model
     limits = []
     if not args.no_limit:
         print("Measuring the in-process ONNX Runtime limit (server idle)...", flush=True)
-        limits.append(
-            in_process_limit(Path(args.model_repository) / triton_model, texts, args.limit_seconds)
-        )
+        limits.append(in_process_limit(model_dir, texts, args.limit_seconds))
     points = []
     for per_request in args.texts_per_request:
         bodies = [
@@ -627,9 +626,7 @@ def text_mode(args: argparse.Namespace) -> dict[str, Any]:
             )
     if limits:
         print("Measuring the in-process limit again (server idle)...", flush=True)
-        limits.append(
-            in_process_limit(Path(args.model_repository) / triton_model, texts, args.limit_seconds)
-        )
+        limits.append(in_process_limit(model_dir, texts, args.limit_seconds))
     limit = best_limit(limits) if limits else None
     return {"mode": "text", "model": args.model, "points": points, "limit": limit}
 

@@ -132,9 +132,9 @@ class TritonPythonModel:
         ]
 
     def _run_text(self, feeds: list[dict[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
-        if len(feeds) == 1 and len(feeds[0]["attention_mask"]) == 1:
-            if feeds[0]["attention_mask"].all():
-                return [self._run_lone_text(feeds[0])]
+        lone_mask = feeds[0]["attention_mask"] if len(feeds) == 1 else None
+        if lone_mask is not None and len(lone_mask) == 1 and lone_mask.all():
+            return [self._run_lone_text(feeds[0])]
         rows_ids = [row for f in feeds for row in f["input_ids"]]
         lengths = np.array(
             [int(m.sum()) for f in feeds for m in f["attention_mask"]], dtype=np.int64
@@ -150,10 +150,9 @@ class TritonPythonModel:
                 n = int(lengths[row])
                 ids[slot, :n] = rows_ids[row][:n]
                 mask[slot, :n] = 1
-            session = self.session
-            if len(lengths) == 1 and self.single_text_session is not None:
-                session = self.single_text_session
-            outs = session.run(self.output_names, {"input_ids": ids, "attention_mask": mask})
+            outs = self._session_for(len(lengths)).run(
+                self.output_names, {"input_ids": ids, "attention_mask": mask}
+            )
             widths[group] = width
             for name, out in zip(self.output_names, outs, strict=True):
                 if name not in results:
@@ -170,13 +169,17 @@ class TritonPythonModel:
     def _run_lone_text(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """One text without padding, as a request of one arrives when nothing else queued:
         the latency-bound case, so no stripping, grouping or copying."""
-        session = self.single_text_session or self.session
-        outs = session.run(self.output_names, feed)
+        outs = self._session_for(1).run(self.output_names, feed)
         results = dict(zip(self.output_names, outs, strict=True))
         if self.reports_tokens:
             width = feed["attention_mask"].shape[1]
             results[TOKEN_COUNTS] = np.array([[width, width]], dtype=np.int64)
         return results
+
+    def _session_for(self, rows: int) -> ort.InferenceSession:
+        if rows == 1 and self.single_text_session is not None:
+            return self.single_text_session
+        return self.session
 
     def _response(self, request: Any, outputs: dict[str, np.ndarray]) -> Any:
         wanted = request.requested_output_names() or self.output_names

@@ -43,3 +43,11 @@ def test_statistics_are_numbers_with_every_key():
     assert stat["inference_stats"]["cache_miss"] == {"count": 0, "ns": 0}
     assert stat["batch_stats"][0]["batch_size"] == 2
     assert stat["batch_stats"][0]["compute_input"] == {"count": 0, "ns": 0}
+
+
+def test_inference_url_follows_the_grpc_host_unless_given():
+    assert Settings().resolved_triton_http_url() == "http://127.0.0.1:8000"
+    remote = Settings(triton_grpc_url="triton:9001", triton_http_port=9000)
+    assert remote.resolved_triton_http_url() == "http://triton:9000"
+    given = Settings(triton_http_url="http://other:1234")
+    assert given.resolved_triton_http_url() == "http://other:1234"
