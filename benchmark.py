@@ -17,6 +17,9 @@ from a local HTTP server (the server needs ``EMBED_ALLOW_PRIVATE_URLS=true``).
 The load generator is a minimal keep-alive HTTP/1.1 client with request bodies encoded
 before timing, so it takes as little CPU from the server as it can; its own CPU use is
 reported. Output: a table on stdout, JSON, and a PNG plot.
+
+With ``EMBED_API_KEY`` set, every call to the API carries it; the batching scenario, which
+talks to Triton directly, sends ``EMBED_TRITON_API_KEY`` when Triton demands one.
 """
 
 from __future__ import annotations
@@ -97,11 +100,17 @@ class KeepAliveClient:
         return status, body, headers
 
 
+def api_headers() -> dict[str, str]:
+    key = os.environ.get("EMBED_API_KEY")
+    return {"Authorization": f"Bearer {key}"} if key else {}
+
+
 def encode_post(host: str, path: str, payload: dict[str, Any]) -> bytes:
     body = json.dumps(payload).encode()
+    auth = "".join(f"{name}: {value}\r\n" for name, value in api_headers().items())
     head = (
         f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
-        f"Content-Length: {len(body)}\r\n\r\n"
+        f"{auth}Content-Length: {len(body)}\r\n\r\n"
     )
     return head.encode() + body
 
@@ -207,9 +216,8 @@ async def closed_loop(
 
 def http_json(url: str, payload: dict[str, Any] | None = None, timeout: float = 600) -> Any:
     data = None if payload is None else json.dumps(payload).encode()
-    request = urllib.request.Request(
-        url, data=data, headers={"Content-Type": "application/json"} if data else {}
-    )
+    headers = {"Content-Type": "application/json"} if data else {}
+    request = urllib.request.Request(url, data=data, headers={**headers, **api_headers()})
     with urllib.request.urlopen(request, timeout=timeout) as response:
         return json.loads(response.read())
 
@@ -224,7 +232,8 @@ def triton_snapshot(api_url: str, triton_model: str) -> dict[str, Any]:
 def token_counters(api_url: str, model: str) -> dict[str, float]:
     """Real/padded tokens of the sub-batches the runner executed, from the API's metrics."""
     try:
-        with urllib.request.urlopen(f"{api_url}/metrics/prometheus", timeout=10) as response:
+        request = urllib.request.Request(f"{api_url}/metrics/prometheus", headers=api_headers())
+        with urllib.request.urlopen(request, timeout=10) as response:
             text = response.read().decode()
     except OSError:
         return {}
@@ -400,10 +409,17 @@ def synthetic_config(name: str, batching: bool) -> str:
     return text
 
 
+def triton_key() -> str | None:
+    return os.environ.get("EMBED_TRITON_API_KEY") or None
+
+
 async def synthetic_load(triton_grpc: str, model: str, clients: int, seconds: float) -> float:
     import tritonclient.grpc.aio as grpcclient
 
+    from embed_server.triton_access import grpc_headers
+
     client = grpcclient.InferenceServerClient(triton_grpc)
+    headers = grpc_headers(triton_key())
     done = 0
     stop = time.perf_counter() + seconds
 
@@ -412,7 +428,7 @@ async def synthetic_load(triton_grpc: str, model: str, clients: int, seconds: fl
         tensor = grpcclient.InferInput("x", [1, 1], "FP32")
         tensor.set_data_from_numpy(np.ones((1, 1), dtype=np.float32))
         while time.perf_counter() < stop:
-            await client.infer(model, [tensor])
+            await client.infer(model, [tensor], headers=headers)
             done += 1
 
     started = time.perf_counter()
@@ -423,6 +439,8 @@ async def synthetic_load(triton_grpc: str, model: str, clients: int, seconds: fl
 
 
 def batching_scenario(args: argparse.Namespace) -> dict[str, Any]:
+    from embed_server.triton_access import http_headers
+
     repository = Path(args.model_repository)
     results: dict[str, Any] = {"clients": args.clients}
     for batching in (False, True):
@@ -433,7 +451,10 @@ def batching_scenario(args: argparse.Namespace) -> dict[str, Any]:
         (folder / "config.pbtxt").write_text(synthetic_config(name, batching))
         urllib.request.urlopen(
             urllib.request.Request(
-                f"{args.triton_http}/v2/repository/models/{name}/load", data=b"", method="POST"
+                f"{args.triton_http}/v2/repository/models/{name}/load",
+                data=b"",
+                method="POST",
+                headers=http_headers(triton_key()),
             ),
             timeout=120,
         ).read()

@@ -5,6 +5,10 @@ loop or the GIL with request handling, memory is returned when the process exits
 killed conversion can only leave a staging folder behind. The protocol is one JSON object
 per stdout line: ``{"stage": ...}`` while working, then ``{"result": ...}`` or
 ``{"error": ..., "reason": "not_found" | "failed"}``.
+
+The source is found and checked (``converters.sources``, torch-free) before a family's
+converter module is imported: importing torch and open_clip costs seconds, which a name
+that answers to nothing must not.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import os
 import sys
 from pathlib import Path
 
-from converters.sources import SourceNotFound, resolve_sentence_transformer
+from converters.sources import SourceNotFound, check_clip_source, resolve_sentence_transformer
 from converters.triton_config import DeploymentOptions
 
 EXIT_NOT_FOUND = 2
@@ -44,15 +48,16 @@ def main(argv: list[str] | None = None) -> int:
     try:
         progress("download")
         if args.kind == "clip":
+            check_clip_source(args.model_name, args.pretrained)
             from converters import clip
 
             metadata = clip.convert(
                 args.model_name, args.pretrained, triton_models, args.out, options, progress
             )
         else:
+            source = resolve_sentence_transformer(args.model_name, options.max_download_bytes)
             from converters import sentence_transformer
 
-            source = resolve_sentence_transformer(args.model_name)
             metadata = sentence_transformer.convert(
                 source, args.model_name, triton_models, args.out, options, progress
             )

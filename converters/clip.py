@@ -9,7 +9,6 @@ length. Both return the un-normalised embedding, as ``encode_text``/``encode_ima
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -23,13 +22,12 @@ from converters.sources import SourceNotFound
 from converters.triton_config import DeploymentOptions, ModelSignature, TensorSpec, render_config
 from converters.verification import worst_cosine
 from embed_server.model_names import HF_HUB_PREFIX
-from embed_server.preprocessing.clip_hf_tokenizer import HfClipTokenizer
-from embed_server.preprocessing.clip_tokenizer import ClipTokenizer
+from embed_server.preprocessing.clip_bpe import build_tokenizer
+from embed_server.preprocessing.clip_text import OPEN_CLIP_BPE, ClipTextTokenizer
 
 ONNX_OPSET = 17
 VERIFY_MIN_COSINE = 0.999
-VOCAB_FILE = "bpe_simple_vocab_16e6.txt.gz"
-HF_TOKENIZER_FILE = "tokenizer.json"
+TOKENIZER_FILE = "tokenizer.json"
 
 
 class _TextEncoder(torch.nn.Module):
@@ -87,12 +85,15 @@ _CLEAN_NAMES = {
     open_clip.tokenizer._clean_canonicalize: "canonicalize",
 }
 # Cases tokenisers disagree on: case, accents, HTML entities, odd spacing, punctuation,
-# emoji, and a text far past any context length (truncation must keep the end token).
+# emoji, contractions, special tokens in the text (alone, glued to punctuation, upper
+# case), a long word, and a text far past any context length (the end token must stay).
 _TOKENIZER_PROBES = [
     "a photo of a cat",
-    "A Photo of TWO Dogs, playing!",
+    "A Photo of TWO Dogs, playing! It's, they'RE",
     "  caf\u00e9 &amp; cr\u00e8me br\u00fbl\u00e9e\t\n  under_scores  ",
     "\u6771\u4eac\u306e\u591c\u666f \U0001f303",
+    "<end_of_text> x!<start_of_text> <START_OF_TEXT>",
+    "supercalifragilistic" * 50,
     "word " * 400,
 ]
 
@@ -100,10 +101,13 @@ _TOKENIZER_PROBES = [
 def _simple_tokenizer_metadata(tokenizer: Any, out_dir: Path) -> dict[str, Any]:
     if tokenizer.reduction_fn is not None:
         raise ValueError("tokenizers with a reduction mask are not supported")
-    shutil.copy(open_clip.tokenizer.default_bpe(), out_dir / VOCAB_FILE)
+    rust = build_tokenizer(Path(open_clip.tokenizer.default_bpe()))
+    if rust.get_vocab_size() != tokenizer.vocab_size:
+        raise ValueError("tokenizers with additional special tokens are not supported")
+    rust.save(str(out_dir / TOKENIZER_FILE))
     return {
-        "type": "clip_bpe",
-        "vocab_file": VOCAB_FILE,
+        "type": OPEN_CLIP_BPE,
+        "tokenizer_file": TOKENIZER_FILE,
         "context_length": int(tokenizer.context_length),
         "clean": _CLEAN_NAMES[tokenizer.clean_fn],
     }
@@ -118,10 +122,10 @@ def _hf_tokenizer_metadata(tokenizer: Any, out_dir: Path) -> dict[str, Any]:
         raise ValueError(f"{type(hf).__name__} has no fast (Rust) tokenizer to export")
     if hf.pad_token_id is None:
         raise ValueError("the model's tokenizer has no padding token")
-    backend.save(str(out_dir / HF_TOKENIZER_FILE))
+    backend.save(str(out_dir / TOKENIZER_FILE))
     return {
         "type": "hf",
-        "tokenizer_file": HF_TOKENIZER_FILE,
+        "tokenizer_file": TOKENIZER_FILE,
         "context_length": int(tokenizer.context_length),
         "clean": _CLEAN_NAMES[tokenizer.clean_fn],
         "pad_token": str(hf.pad_token),
@@ -137,18 +141,23 @@ def _tokenizer_metadata(tokenizer: Any, out_dir: Path) -> dict[str, Any]:
     """Save what the API needs to tokenise as open_clip does, and prove it does."""
     if isinstance(tokenizer, open_clip.tokenizer.SimpleTokenizer):
         metadata = _simple_tokenizer_metadata(tokenizer, out_dir)
-        served: Any = ClipTokenizer(
-            out_dir / VOCAB_FILE, metadata["context_length"], metadata["clean"]
-        )
     elif isinstance(tokenizer, open_clip.tokenizer.HFTokenizer):
         metadata = _hf_tokenizer_metadata(tokenizer, out_dir)
-        served = HfClipTokenizer(out_dir / HF_TOKENIZER_FILE, metadata)
     else:
         raise ValueError(f"{type(tokenizer).__name__} text tokenisation is not supported")
+    served = ClipTextTokenizer.from_model_dir(out_dir, metadata)
     want = tokenizer(_TOKENIZER_PROBES).numpy()
     got, _ = served(_TOKENIZER_PROBES)
-    if got.shape != want.shape or not np.array_equal(got, want):
-        raise ValueError("the served tokenisation would differ from open_clip's tokenizer")
+    if got.shape != want.shape:
+        raise ValueError(
+            f"the served tokenisation has shape {got.shape}, open_clip's {tuple(want.shape)}"
+        )
+    differing = int((got != want).sum())
+    if differing:
+        raise ValueError(
+            f"the served tokenisation differs from open_clip's in {differing} of "
+            f"{want.size} token ids on the probe texts"
+        )
     return metadata
 
 

@@ -41,6 +41,9 @@ class DeploymentOptions:
     # a request queued longer than the timeout is rejected too (504). 0: unbounded.
     max_queue_size: int = 512
     queue_timeout_us: int = 30_000_000
+    # Not how Triton serves it but how the conversion may get it: a Hub model whose
+    # selected files add up to more is refused before anything is downloaded.
+    max_download_bytes: int = 10 * 1024**3
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,8 @@
 Every command talks HTTP to a running server (``--url``), so it works the same against a
 local ``serve`` and a remote deployment. Only the standard library is used: the CLI must
 start fast and run wherever the server's requirements are installed. ``load`` starts a
-background job (``POST /jobs/load``) and polls it to draw the conversion stages.
+background job (``POST /jobs/load``) and polls it to draw the conversion stages. With
+``EMBED_API_KEY`` set, every call carries it as ``Authorization: Bearer``.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from embed_server.settings import DEFAULT_MODEL
+from embed_server.exposure import key_value
+from embed_server.settings import DEFAULT_MODEL, Settings
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 _BAR_WIDTH = 24
@@ -30,14 +32,17 @@ class CliError(Exception):
 
 
 class Api:
-    def __init__(self, url: str, timeout_s: float = 600.0) -> None:
+    def __init__(self, url: str, timeout_s: float = 600.0, api_key: str | None = None) -> None:
         self.url = url.rstrip("/")
         self.timeout_s = timeout_s
+        self._headers = {"Content-Type": "application/json"}
+        if api_key:
+            self._headers["Authorization"] = f"Bearer {api_key}"
 
     def call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
         data = None if body is None else json.dumps(body).encode()
         request = urllib.request.Request(
-            self.url + path, data=data, method=method, headers={"Content-Type": "application/json"}
+            self.url + path, data=data, method=method, headers=self._headers
         )
         try:
             with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
@@ -234,7 +239,7 @@ def add_commands(commands: argparse._SubParsersAction, default_url: str) -> None
 
 def run(args: argparse.Namespace, extra: list[str]) -> int:
     """Run one client command; errors become one line on stderr and status 1."""
-    api = Api(args.url)
+    api = Api(args.url, api_key=key_value(Settings().api_key))
     commands = {
         "load": cmd_load,
         "infer": cmd_infer,

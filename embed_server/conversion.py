@@ -18,6 +18,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from converters.layout import write_metadata
 from converters.triton_config import DeploymentOptions
 from embed_server.errors import ConversionFailed, ModelNotFound
 from embed_server.model_names import ModelRef
@@ -26,7 +27,7 @@ logger = logging.getLogger(__name__)
 _ABSOLUTE_PATH = re.compile(r"(?<![\w.])/[^\s'\"]+")
 
 
-def _redact_paths(message: str, allowed: set[str]) -> str:
+def redact_paths(message: str, allowed: set[str]) -> str:
     """Hide internal paths from error bodies; paths the caller sent may be echoed back."""
     return _ABSOLUTE_PATH.sub(
         lambda m: m.group(0) if m.group(0).rstrip(".,:;)") in allowed else "<path>", message
@@ -34,6 +35,95 @@ def _redact_paths(message: str, allowed: set[str]) -> str:
 
 
 _PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+
+def converter_argv(ref: ModelRef, out_dir: Path, options: DeploymentOptions) -> list[str]:
+    """The converter's command line. Local sources are passed by the real path checked when
+    the name was validated (``ModelRef.name_path`` / ``pretrained_path``), never by the
+    string the caller gave, which a swapped symlink could point elsewhere by now."""
+    args = ["--model-name", ref.name_path or ref.name]
+    args += ["--triton-models", json.dumps(ref.triton_models)]
+    pretrained = ref.pretrained_path or ref.pretrained
+    if pretrained is not None:
+        args += ["--pretrained", pretrained]
+    args += ["--out", str(out_dir), "--options", json.dumps(asdict(options))]
+    return [sys.executable, "-m", "converters", ref.kind, *args]
+
+
+async def read_messages(
+    stream: asyncio.StreamReader, on_message: Callable[[dict[str, Any]], None]
+) -> None:
+    """Hand each JSON object line of ``stream`` to ``on_message`` until end of file.
+
+    Any other line is skipped, including one longer than the reader's buffer limit (64 KiB
+    by default; a library printing a long warning), which would otherwise raise out of a
+    plain ``async for`` over the stream.
+    """
+    skipping = False
+    while True:
+        try:
+            line = await stream.readuntil(b"\n")
+        except asyncio.LimitOverrunError as error:
+            # Drop what is buffered; the rest of the line is dropped when its end arrives.
+            await stream.readexactly(error.consumed)
+            skipping = True
+            continue
+        except asyncio.IncompleteReadError as error:
+            line = error.partial
+            if not line:
+                return
+        if skipping:
+            skipping = False
+            continue
+        try:
+            message = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(message, dict):
+            on_message(message)
+
+
+async def run_reporting_child(
+    argv: list[str],
+    env: dict[str, str],
+    timeout_s: float,
+    on_message: Callable[[dict[str, Any]], None],
+) -> tuple[int, bytes]:
+    """Run ``argv``, passing each JSON object it prints to ``on_message``; returns its exit
+    status and stderr. The child is killed on timeout (``TimeoutError``), cancellation or
+    any other failure."""
+    process = await asyncio.create_subprocess_exec(
+        *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env
+    )
+    assert process.stdout is not None and process.stderr is not None
+    try:
+        async with asyncio.timeout(timeout_s):
+            _, stderr = await asyncio.gather(
+                read_messages(process.stdout, on_message), process.stderr.read()
+            )
+            returncode = await process.wait()
+    except asyncio.CancelledError:
+        process.kill()
+        raise
+    except BaseException:
+        process.kill()
+        await process.wait()
+        raise
+    return returncode, stderr
+
+
+def _keep_given_names(ref: ModelRef, out_dir: Path, result: dict[str, Any]) -> dict[str, Any]:
+    """The converter saw real paths; the model keeps the names the caller gave."""
+    given = {
+        "model_name": (ref.name_path, ref.name),
+        "pretrained": (ref.pretrained_path, ref.pretrained),
+    }
+    changes = {key: name for key, (real, name) in given.items() if real is not None}
+    if not changes:
+        return result
+    result = {**result, **changes}
+    write_metadata(out_dir / ref.primary, result)
+    return result
 
 
 async def run_converter(
@@ -46,62 +136,39 @@ async def run_converter(
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_PROJECT_ROOT), env.get("PYTHONPATH")) if p)
     model_name = ref.name
-    args = ["--model-name", ref.name, "--triton-models", json.dumps(ref.triton_models)]
-    if ref.pretrained is not None:
-        args += ["--pretrained", ref.pretrained]
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "converters",
-        ref.kind,
-        *args,
-        "--out",
-        str(out_dir),
-        "--options",
-        json.dumps(asdict(options)),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env=env,
-    )
     outcome: dict[str, Any] = {}
 
-    async def read_stdout() -> None:
-        assert process.stdout is not None
-        async for raw in process.stdout:
-            try:
-                message = json.loads(raw)
-            except ValueError:
-                continue
-            if "stage" in message and on_stage is not None:
-                on_stage(message["stage"])
-            outcome.update({k: v for k, v in message.items() if k != "stage"})
-
-    async def drain_stderr() -> bytes:
-        assert process.stderr is not None
-        return await process.stderr.read()
+    def on_message(message: dict[str, Any]) -> None:
+        if "stage" in message and on_stage is not None:
+            on_stage(message["stage"])
+        outcome.update({k: v for k, v in message.items() if k != "stage"})
 
     try:
-        _, stderr = await asyncio.wait_for(
-            asyncio.gather(read_stdout(), drain_stderr()), timeout=timeout_s
+        returncode, stderr = await run_reporting_child(
+            converter_argv(ref, out_dir, options), env, timeout_s, on_message
         )
-        await process.wait()
     except TimeoutError:
-        process.kill()
-        await process.wait()
         raise ConversionFailed(
             f"model_name: conversion of {model_name!r} did not finish in {timeout_s:.0f} s"
         ) from None
-    except asyncio.CancelledError:
-        process.kill()
-        raise
 
-    if process.returncode == 0 and "result" in outcome:
-        return outcome["result"]
+    if returncode == 0 and "result" in outcome:
+        return _keep_given_names(ref, out_dir, outcome["result"])
     given = {ref.name, ref.pretrained or ""}
     if outcome.get("reason") == "not_found":
-        raise ModelNotFound(f"model_name: {_redact_paths(outcome['error'], given)}")
+        reason = _given_paths(ref, str(outcome["error"]))
+        raise ModelNotFound(f"model_name: {redact_paths(reason, given)}")
     logger.error("conversion of %s failed: %s", model_name, stderr.decode(errors="replace")[-4000:])
-    reason = outcome.get("error") or f"converter exited with status {process.returncode}"
+    reason = outcome.get("error") or f"converter exited with status {returncode}"
     raise ConversionFailed(
-        f"model_name: could not convert {model_name!r}: {_redact_paths(reason, given)}"
+        f"model_name: could not convert {model_name!r}: "
+        f"{redact_paths(_given_paths(ref, str(reason)), given)}"
     )
+
+
+def _given_paths(ref: ModelRef, message: str) -> str:
+    """A converter message with the real paths it was given shown as the caller wrote them."""
+    for real, given in ((ref.name_path, ref.name), (ref.pretrained_path, ref.pretrained)):
+        if real is not None and given is not None:
+            message = message.replace(real, given)
+    return message

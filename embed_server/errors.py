@@ -56,6 +56,23 @@ class Overloaded(ServiceError):
     retry_after_s = 1
 
 
+class TooManyRequests(ServiceError):
+    """Refused because a shared, costly resource (conversion slots) is all in use."""
+
+    status_code = 429
+
+    def __init__(self, message: str, retry_after_s: int) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+class RestoreFailed(ServiceError):
+    """A model meant to be loaded could not be restored after a restart: retrying will not
+    help until an operator loads it again (or unloads it)."""
+
+    status_code = 500
+
+
 class DeadlineExceeded(ServiceError):
     status_code = 504
 

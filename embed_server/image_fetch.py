@@ -1,45 +1,43 @@
 """Fetch image inputs (http/https URLs and ``data:`` URIs) without letting them hurt us.
 
 One shared aiohttp session fetches concurrently. Every limit is a 400 naming the item:
-scheme, size (streamed, reading stops past the limit), redirects (followed by hand so
-each hop is checked), content type, and time. Server-side request forgery is refused at
-the resolver: the addresses a host name resolves to are checked before any connection, so
-a redirect or DNS trick cannot reach loopback, private, link-local (cloud metadata),
-multicast, reserved or unspecified addresses unless ``EMBED_ALLOW_PRIVATE_URLS=true``.
+scheme, malformed URL or host, size (streamed, reading stops past the limit), redirects
+(followed by hand so each hop is checked), content type, and time. Server-side request
+forgery is refused before any connection: the host of every hop is normalised and checked
+as an address when it is one (``image_hosts``), and the addresses a host name resolves to
+are checked at the resolver, so a redirect or DNS trick cannot reach loopback, private,
+link-local (cloud metadata), multicast, reserved or unspecified addresses unless
+``EMBED_ALLOW_PRIVATE_URLS=true``. Each request fetches at most
+``EMBED_IMAGE_FETCHES_PER_REQUEST`` URLs at once, so one request of many slow URLs cannot
+hold the whole connection pool.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import ipaddress
 import socket
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import urljoin, urlsplit
 
 import aiohttp
 from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.resolver import DefaultResolver
+from yarl import URL
 
 from embed_server.errors import BadRequest
+from embed_server.image_hosts import (
+    InvalidHost,
+    IpAddress,
+    is_public_address,
+    normalise_host,
+    parse_url,
+)
 from embed_server.observability.metrics import IMAGE_FETCH_FAILURES
 
-IpAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 _REDIRECTS = {301, 302, 303, 307, 308}
-
-
-def is_public_address(ip: IpAddress) -> bool:
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
-    return ip.is_global and not (
-        ip.is_private
-        or ip.is_loopback
-        or ip.is_link_local
-        or ip.is_multicast
-        or ip.is_reserved
-        or ip.is_unspecified
-    )
 
 
 class ImageFetchFailed(BadRequest):
@@ -87,6 +85,8 @@ class ImageFetcher:
         total_timeout_s: float,
         max_bytes: int,
         max_redirects: int,
+        pool_size: int,
+        fetches_per_request: int,
         address_allowed: Callable[[IpAddress], bool] | None = None,
     ) -> None:
         allowed = address_allowed or is_public_address
@@ -100,12 +100,16 @@ class ImageFetcher:
         )
         self._max_bytes = max_bytes
         self._max_redirects = max_redirects
+        self._pool_size = pool_size
+        self._fetches_per_request = fetches_per_request
         self._session: aiohttp.ClientSession | None = None
 
     async def _get_session(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
             connector = aiohttp.TCPConnector(
-                resolver=GuardedResolver(self._address_allowed), limit=64, ttl_dns_cache=0
+                resolver=GuardedResolver(self._address_allowed),
+                limit=self._pool_size,
+                ttl_dns_cache=0,
             )
             self._session = aiohttp.ClientSession(
                 connector=connector, timeout=self._timeout, auto_decompress=False
@@ -115,6 +119,10 @@ class ImageFetcher:
     async def close(self) -> None:
         if self._session is not None:
             await self._session.close()
+
+    def for_request(self) -> RequestFetches:
+        """The fetches of one request: its fair share of the shared connection pool."""
+        return RequestFetches(self, self._fetches_per_request)
 
     async def fetch(self, index: int, source: str) -> bytes:
         try:
@@ -133,6 +141,8 @@ class ImageFetcher:
                 "forbidden_address",
                 f"image.{index}: refused: {error.host} resolves to a non-public address",
             ) from None
+        except InvalidHost as error:
+            raise ImageFetchFailed("bad_url", f"image.{index}: {error}") from None
         except TimeoutError:
             raise ImageFetchFailed(
                 "timeout", f"image.{index}: timed out fetching the URL"
@@ -142,28 +152,25 @@ class ImageFetcher:
                 "connection", f"image.{index}: could not fetch the URL ({type(error).__name__})"
             ) from None
 
-    def _check_url(self, index: int, url: str) -> None:
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https"):
+    def _checked(self, index: int, url: URL) -> URL:
+        """``url`` as it will be fetched (host normalised), once its target is allowed."""
+        if url.scheme not in ("http", "https"):
             raise ImageFetchFailed(
                 "scheme", f"image.{index}: only http, https and data:image URIs are accepted"
             )
-        if not parts.hostname:
-            raise ImageFetchFailed("no_host", f"image.{index}: the URL has no host")
-        try:
-            literal = ipaddress.ip_address(parts.hostname)
-        except ValueError:
-            return
-        if not self._address_allowed(literal):
+        target, address = normalise_host(url)
+        if address is not None and not self._address_allowed(address):
+            shown = url.raw_host if str(address) == url.raw_host else f"{url.raw_host} ({address})"
             raise ImageFetchFailed(
-                "forbidden_address",
-                f"image.{index}: refused: {parts.hostname} is a non-public address",
+                "forbidden_address", f"image.{index}: refused: {shown} is a non-public address"
             )
+        return target
 
-    async def _fetch_url(self, index: int, url: str) -> bytes:
+    async def _fetch_url(self, index: int, source: str) -> bytes:
         session = await self._get_session()
+        url = parse_url(source)
         for _ in range(self._max_redirects + 1):
-            self._check_url(index, url)
+            url = self._checked(index, url)
             async with session.get(url, allow_redirects=False) as response:
                 if response.status in _REDIRECTS:
                     location = response.headers.get("Location")
@@ -171,7 +178,7 @@ class ImageFetcher:
                         raise ImageFetchFailed(
                             "bad_redirect", f"image.{index}: redirect without a Location"
                         )
-                    url = urljoin(url, location)
+                    url = self._redirect_target(index, url, location)
                     continue
                 if response.status != 200:
                     raise ImageFetchFailed(
@@ -182,6 +189,15 @@ class ImageFetcher:
         raise ImageFetchFailed(
             "too_many_redirects", f"image.{index}: more than {self._max_redirects} redirects"
         )
+
+    @staticmethod
+    def _redirect_target(index: int, url: URL, location: str) -> URL:
+        try:
+            return url.join(parse_url(location))
+        except ValueError:
+            raise ImageFetchFailed(
+                "bad_redirect", f"image.{index}: the redirect's Location is not a valid URL"
+            ) from None
 
     @staticmethod
     def _check_content_type(index: int, content_type: str) -> None:
@@ -222,3 +238,21 @@ class ImageFetcher:
             raise ImageFetchFailed(
                 "bad_data_uri", f"image.{index}: the data URI is not valid base64"
             ) from None
+
+
+class RequestFetches:
+    """One request's URLs, fetched at most ``limit`` at once through the shared fetcher.
+
+    Without it, the request of 64 slow URLs held every connection of the shared pool and
+    every other request's images waited behind it. ``data:`` URIs take no slot.
+    """
+
+    def __init__(self, fetcher: ImageFetcher, limit: int) -> None:
+        self._fetcher = fetcher
+        self._slots = asyncio.Semaphore(limit)
+
+    async def fetch(self, index: int, source: str) -> bytes:
+        if source.startswith("data:"):
+            return await self._fetcher.fetch(index, source)
+        async with self._slots:
+            return await self._fetcher.fetch(index, source)

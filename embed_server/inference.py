@@ -11,7 +11,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Coroutine
 from concurrent.futures import ThreadPoolExecutor
+from contextvars import ContextVar
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
@@ -21,6 +23,7 @@ from embed_server.errors import (
     DeadlineExceeded,
     ModelNotFound,
     PayloadTooLarge,
+    RestoreFailed,
     TritonUnavailable,
 )
 from embed_server.image_fetch import ImageFetcher
@@ -28,8 +31,7 @@ from embed_server.inflight import InflightTracker
 from embed_server.loaded_set import LoadedSet
 from embed_server.model_names import ModelRef
 from embed_server.observability.metrics import record_padding
-from embed_server.preprocessing.clip_hf_tokenizer import HfClipTokenizer
-from embed_server.preprocessing.clip_tokenizer import ClipTokenizer
+from embed_server.preprocessing.clip_text import ClipTextTokenizer
 from embed_server.preprocessing.image import ImageSpec, decode_and_prepare
 from embed_server.preprocessing.text import TextPreprocessor
 from embed_server.repository import ModelRepository
@@ -37,8 +39,19 @@ from embed_server.triton import TritonGateway
 
 T = TypeVar("T")
 
-# Tokenising more characters than this in one go moves off the event loop.
-_INLINE_TOKENIZE_CHARS = 20_000
+# When the request being served must be answered (event-loop time): set by ``_guarded``,
+# read by each Triton call in it, however deep in the request's tasks.
+_DEADLINE: ContextVar[float | None] = ContextVar("deadline", default=None)
+
+# Tokenising costs up to ~2.5 us per character and ~150 us per text on this project's
+# 2-core machine (CLIP text full of emoji, where ftfy dominates). Up to this many cost
+# units (characters plus _TEXT_COST per text, ~1-2 ms) a chunk is tokenised on the event
+# loop, saving a thread hop on the common small request; anything more goes to the pool.
+_INLINE_TOKENIZE_COST = 1_000
+_TEXT_COST = 64
+# A chunk holds at most this many characters (~50 ms of tokenising at worst) or one text,
+# so a request past its deadline or disconnected drops the chunks it has not started.
+_CHUNK_CHARS = 20_000
 
 
 @dataclass
@@ -69,6 +82,7 @@ class InferenceService:
         triton: TritonGateway,
         fetcher: ImageFetcher,
         image_pool: ThreadPoolExecutor,
+        text_pool: ThreadPoolExecutor,
         limits: RequestLimits,
         inflight: InflightTracker,
         loaded_set: LoadedSet,
@@ -78,6 +92,7 @@ class InferenceService:
         self._triton = triton
         self._fetcher = fetcher
         self._image_pool = image_pool
+        self._text_pool = text_pool
         self._limits = limits
         self._inflight = inflight
         self._loaded_set = loaded_set
@@ -91,27 +106,29 @@ class InferenceService:
             raise ModelNotFound(f"model_name: {label!r} is not loaded")
         return metadata
 
-    def _tokenizer(self, ref: ModelRef, metadata: dict[str, Any]) -> Any:
-        """The model's tokenizer, rebuilt whenever its metadata was re-read (re-converted)."""
+    async def _tokenizer(self, ref: ModelRef, metadata: dict[str, Any]) -> Any:
+        """The model's tokenizer, rebuilt whenever its metadata was re-read (re-converted).
+
+        Reading a tokenizer.json (or building open_clip's BPE from its vocabulary) takes
+        100-250 ms, so it happens in the text pool, not on the event loop.
+        """
         cached = self._tokenizers.get(ref.primary)
         if cached is not None and cached[0] is metadata:
             return cached[1]
         folder = self._repository.path(ref.primary)
-        if metadata["kind"] == "clip":
-            text = metadata["text"]
-            tokenizer: Any
-            if text["type"] == "hf":
-                tokenizer = HfClipTokenizer(folder / text["tokenizer_file"], text)
-            else:
-                tokenizer = ClipTokenizer(
-                    folder / text["vocab_file"], int(text["context_length"]), text["clean"]
-                )
-        else:
-            native = metadata.get("backend") == "onnxruntime"
-            multiple = self._pad_to_multiple_of if native else 1
-            tokenizer = TextPreprocessor.from_model_dir(folder, metadata, multiple)
+        loop = asyncio.get_running_loop()
+        tokenizer = await loop.run_in_executor(
+            self._text_pool, self._load_tokenizer, folder, metadata
+        )
         self._tokenizers[ref.primary] = (metadata, tokenizer)
         return tokenizer
+
+    def _load_tokenizer(self, folder: Path, metadata: dict[str, Any]) -> Any:
+        if metadata["kind"] == "clip":
+            return ClipTextTokenizer.from_model_dir(folder, metadata["text"])
+        native = metadata.get("backend") == "onnxruntime"
+        multiple = self._pad_to_multiple_of if native else 1
+        return TextPreprocessor.from_model_dir(folder, metadata, multiple)
 
     def _check_input(
         self,
@@ -158,19 +175,42 @@ class InferenceService:
     async def _guarded(self, ref: ModelRef, work: Coroutine[Any, Any, Embeddings]) -> Embeddings:
         with self._inflight.track(ref.primary):
             try:
-                async with asyncio.timeout(self._limits.deadline_s):
-                    return await work
+                async with asyncio.timeout(self._limits.deadline_s) as scope:
+                    token = _DEADLINE.set(scope.when())
+                    try:
+                        return await work
+                    finally:
+                        _DEADLINE.reset(token)
             except TimeoutError:
                 raise DeadlineExceeded(
                     f"the request took longer than {self._limits.deadline_s:.0f} s"
                 ) from None
             except ModelNotFound:
+                failure = self._loaded_set.failure(ref.name, ref.pretrained)
+                if failure is not None:
+                    raise RestoreFailed(
+                        f"model_name: {failure.label!r} could not be restored: "
+                        f"{failure.reason}; load it again"
+                    ) from None
                 if self._loaded_set.contains(ref.name, ref.pretrained):
                     # Meant to be loaded: Triton restarted and the watcher is restoring it.
                     raise TritonUnavailable(
                         f"model_name: {ref.name!r} is being loaded again; retry shortly"
                     ) from None
                 raise
+
+    async def _infer(
+        self, model: str, inputs: dict[str, np.ndarray], outputs: list[str]
+    ) -> dict[str, np.ndarray]:
+        """One Triton call, given what remains of the request's deadline: Triton then drops
+        a request still queued when the API has given up on it, instead of running it."""
+        deadline = _DEADLINE.get()
+        remaining = (
+            self._limits.deadline_s
+            if deadline is None
+            else deadline - asyncio.get_running_loop().time()
+        )
+        return await self._triton.infer(model, inputs, outputs, timeout_s=remaining)
 
     async def _embed(
         self,
@@ -211,7 +251,7 @@ class InferenceService:
             raise PayloadTooLarge(
                 f"input: {len(rows)} items exceed the limit of {self._limits.max_items}"
             )
-        tokenizer = self._tokenizer(ref, metadata)
+        tokenizer = await self._tokenizer(ref, metadata)
         tokenizer.check_ids(rows, int(metadata.get("max_seq_length", 512)))
         return await self._guarded(ref, self._embed_ids(metadata, tokenizer, rows))
 
@@ -223,7 +263,7 @@ class InferenceService:
         async def run(piece: list[list[int]]) -> np.ndarray:
             batch = tokenizer.pad_ids(piece)
             feeds = {"input_ids": batch.input_ids, "attention_mask": batch.attention_mask}
-            return (await self._triton.infer(model, feeds, ["embedding"]))["embedding"]
+            return (await self._infer(model, feeds, ["embedding"]))["embedding"]
 
         size = int(metadata.get("max_batch_size", 64))
         pieces = [rows[i : i + size] for i in range(0, len(rows), size)]
@@ -233,7 +273,7 @@ class InferenceService:
     async def _embed_texts(
         self, ref: ModelRef, metadata: dict[str, Any], texts: list[str], output: str
     ) -> tuple[np.ndarray, int]:
-        tokenizer = self._tokenizer(ref, metadata)
+        tokenizer = await self._tokenizer(ref, metadata)
         model = metadata["triton_models"]["text"]
 
         def tokenize(piece: list[str]) -> tuple[dict[str, np.ndarray], int]:
@@ -247,27 +287,34 @@ class InferenceService:
         reports_padding = bool(metadata.get("reports_padding"))
         outputs = [output, "token_counts"] if reports_padding else [output]
 
+        # One chunk of this request in the pool at a time: concurrent requests take turns
+        # there, and a cancelled request leaves nothing queued behind it.
+        turn = asyncio.Lock()
+
         async def run(piece: list[str]) -> tuple[np.ndarray, int]:
-            if sum(len(t) for t in piece) > _INLINE_TOKENIZE_CHARS:
-                feeds, tokens = await asyncio.to_thread(tokenize, piece)
-            else:
+            if sum(len(t) for t in piece) + _TEXT_COST * len(piece) <= _INLINE_TOKENIZE_COST:
                 feeds, tokens = tokenize(piece)
-            result = await self._triton.infer(model, feeds, outputs)
+            else:
+                async with turn:
+                    loop = asyncio.get_running_loop()
+                    feeds, tokens = await loop.run_in_executor(self._text_pool, tokenize, piece)
+            result = await self._infer(model, feeds, outputs)
             if reports_padding:
                 counts = result["token_counts"]
                 record_padding(ref.name, int(counts[:, 0].sum()), int(counts[:, 1].sum()))
             return result[output], tokens
 
-        chunks = _chunks(texts, int(metadata.get("max_batch_size", 64)))
+        chunks = _text_chunks(texts, int(metadata.get("max_batch_size", 64)))
         results = await _all([run(chunk) for chunk in chunks])
         return np.concatenate([r[0] for r in results]), sum(r[1] for r in results)
 
     async def _embed_images(self, metadata: dict[str, Any], images: list[str]) -> np.ndarray:
         spec = ImageSpec.from_metadata(metadata["image"])
         loop = asyncio.get_running_loop()
+        fetches = self._fetcher.for_request()
 
         async def load(index: int, source: str) -> np.ndarray:
-            data = await self._fetcher.fetch(index, source)
+            data = await fetches.fetch(index, source)
             return await loop.run_in_executor(
                 self._image_pool, decode_and_prepare, data, index, spec, self._limits.max_pixels
             )
@@ -282,7 +329,7 @@ class InferenceService:
         chunk = int(metadata.get("max_batch_size", 64))
         outputs = await _all(
             [
-                self._triton.infer(model, {"pixels": pixels[i : i + chunk]}, ["embedding"])
+                self._infer(model, {"pixels": pixels[i : i + chunk]}, ["embedding"])
                 for i in range(0, len(pixels), chunk)
             ]
         )
@@ -297,5 +344,14 @@ async def _all(jobs: list[Coroutine[Any, Any, T]]) -> list[T]:
     return list(await asyncio.gather(*jobs))
 
 
-def _chunks(items: list[str], size: int) -> list[list[str]]:
-    return [items[i : i + size] for i in range(0, len(items), size)]
+def _text_chunks(texts: list[str], size: int) -> list[list[str]]:
+    """Consecutive texts, at most ``size`` and ``_CHUNK_CHARS`` characters (or one text)."""
+    chunks: list[list[str]] = []
+    chars = 0
+    for text in texts:
+        if not chunks or len(chunks[-1]) == size or chars + len(text) > _CHUNK_CHARS:
+            chunks.append([])
+            chars = 0
+        chunks[-1].append(text)
+        chars += len(text)
+    return chunks

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 import re
 import time
 import uuid
@@ -21,6 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from embed_server.durable_file import replace_durably
 from embed_server.errors import ServiceError
 from embed_server.model_names import ModelRef
 from embed_server.models import ModelManager
@@ -49,7 +49,8 @@ class Job:
 
 
 class JobStore:
-    """Jobs as one JSON file each, replaced atomically so readers never see half a file."""
+    """Jobs as one JSON file each, replaced atomically and durably: readers, and a restart
+    after a power loss, never see half a file."""
 
     def __init__(self, folder: Path) -> None:
         self._folder = folder
@@ -57,23 +58,29 @@ class JobStore:
 
     def save(self, job: Job) -> None:
         job.updated = time.time()
-        target = self._folder / f"{job.id}.json"
-        partial = target.with_suffix(f".{os.getpid()}.tmp")
-        partial.write_text(json.dumps(asdict(job)))
-        os.replace(partial, target)
+        replace_durably(self._folder / f"{job.id}.json", json.dumps(asdict(job)).encode())
 
     def get(self, job_id: str) -> Job | None:
         if not _JOB_ID.match(job_id):
             return None
+        path = self._folder / f"{job_id}.json"
         try:
-            return Job(**json.loads((self._folder / f"{job_id}.json").read_text()))
+            return Job(**json.loads(path.read_text()))
         except FileNotFoundError:
+            return None
+        except (ValueError, TypeError) as error:
+            logger.error("job file %s is unreadable: %s", path.name, error)
             return None
 
     def prune(self, older_than_s: float = _KEEP_FINISHED_S) -> None:
         cutoff = time.time() - older_than_s
         for path in self._folder.glob("*.json"):
-            if path.stat().st_mtime < cutoff:
+            try:
+                expired = path.stat().st_mtime < cutoff
+            except FileNotFoundError:
+                # Pruned by another worker between the listing and now.
+                continue
+            if expired:
                 path.unlink(missing_ok=True)
 
 

@@ -29,6 +29,12 @@ class ModelRef:
     kind: str
     triton_models: dict[str, str]
     pretrained: str | None = None
+    # The real paths checked against EMBED_LOCAL_MODEL_DIRS when ``name`` or ``pretrained``
+    # is a local path. The converter opens these, never the given string again: a symlink
+    # swapped after the check cannot redirect it. The given strings stay the model's
+    # identity (display, Triton names, the loaded set).
+    name_path: str | None = None
+    pretrained_path: str | None = None
 
     @property
     def primary(self) -> str:
@@ -49,27 +55,29 @@ def _check_text(value: str, field: str) -> None:
         raise _field_error(field, "contains control characters")
 
 
-def _check_local_path(value: str, field: str, allowed: list[Path]) -> None:
+def _check_local_path(value: str, field: str, allowed: list[Path]) -> str:
+    """The real path of ``value``, once checked to lie inside an allowed directory."""
     if not allowed:
         raise _field_error(field, "local paths are refused: EMBED_LOCAL_MODEL_DIRS is not set")
     real = Path(os.path.realpath(value))
     for root in allowed:
         root_real = Path(os.path.realpath(root))
         if real != root_real and real.is_relative_to(root_real):
-            return
+            return str(real)
     raise _field_error(field, f"{value!r} is not inside EMBED_LOCAL_MODEL_DIRS")
 
 
-def validate_source_name(value: str, field: str, allowed_dirs: list[Path]) -> None:
-    """Accept a Hub id (``org/name``) or an absolute path inside an allowed directory."""
+def validate_source_name(value: str, field: str, allowed_dirs: list[Path]) -> str | None:
+    """Accept a Hub id (``org/name``) or an absolute path inside an allowed directory;
+    returns the checked real path of the latter."""
     _check_text(value, field)
     if value.startswith("/"):
-        _check_local_path(value, field, allowed_dirs)
-        return
+        return _check_local_path(value, field, allowed_dirs)
     if ".." in value or "--" in value or not _HUB_ID.match(value):
         raise _field_error(
             field, f"{value!r} is neither a Hugging Face id (org/name) nor an absolute path"
         )
+    return None
 
 
 def _slug(text: str) -> str:
@@ -81,10 +89,12 @@ def _digest(*parts: str) -> str:
 
 
 def sentence_transformer_ref(name: str, allowed_dirs: list[Path]) -> ModelRef:
-    validate_source_name(name, "model_name", allowed_dirs)
+    real_path = validate_source_name(name, "model_name", allowed_dirs)
     shown = Path(name).name if name.startswith("/") else name
     base = f"{_slug(shown)}_{_digest(name)}"
-    return ModelRef(name=name, kind="sentence_transformer", triton_models={"text": base})
+    return ModelRef(
+        name=name, kind="sentence_transformer", triton_models={"text": base}, name_path=real_path
+    )
 
 
 _CLIP_ARCH = re.compile(r"^(?:hf-hub:)?[A-Za-z0-9][A-Za-z0-9._/-]*$")
@@ -107,8 +117,9 @@ def clip_ref(model_name: str, pretrained: str | None, allowed_dirs: list[Path]) 
     if pretrained is None:
         raise _field_error("pretrained", "required for CLIP models other than hf-hub: ones")
     _check_text(pretrained, "pretrained")
+    real_path = None
     if pretrained.startswith("/"):
-        _check_local_path(pretrained, "pretrained", allowed_dirs)
+        real_path = _check_local_path(pretrained, "pretrained", allowed_dirs)
         shown = Path(pretrained).stem
     elif _PRETRAINED_TAG.match(pretrained) and ".." not in pretrained:
         shown = pretrained
@@ -122,4 +133,5 @@ def clip_ref(model_name: str, pretrained: str | None, allowed_dirs: list[Path]) 
         kind="clip",
         pretrained=pretrained,
         triton_models={"text": f"{base}_text_encoder", "image": f"{base}_image_encoder"},
+        pretrained_path=real_path,
     )

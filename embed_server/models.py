@@ -12,7 +12,8 @@ from collections.abc import Callable
 from typing import Any
 
 from converters.triton_config import DeploymentOptions
-from embed_server.conversion import run_converter
+from embed_server.conversion import redact_paths, run_converter
+from embed_server.conversion_slots import ConversionSlots
 from embed_server.errors import ModelNotFound, Overloaded, ServiceError
 from embed_server.inflight import InflightTracker
 from embed_server.loaded_set import LoadedSet
@@ -45,9 +46,12 @@ def deployment_options(settings: Settings) -> DeploymentOptions:
         warmup=settings.warmup,
         max_queue_size=settings.triton_max_queue_size,
         queue_timeout_us=int(settings.request_timeout_s * 1_000_000),
+        max_download_bytes=settings.max_download_bytes,
     )
 
 
+# Longest restore failure reason kept and shown; Triton's can run to a page.
+_MAX_REASON_CHARS = 300
 # A model that served a request this recently may still have one in flight in another
 # worker; eviction passes over it.
 _RECENT_USE_S = 5.0
@@ -66,6 +70,9 @@ class ModelManager:
         self._triton = triton
         self._inflight = inflight
         self._locks = ModelLocks(repository.root / ".locks")
+        self._conversion_slots = ConversionSlots(
+            repository.root / ".locks" / "conversions", settings.max_conversions
+        )
         self.loaded_set = LoadedSet(repository.root)
 
     def resolve(self, model_name: str, pretrained: str | None = None) -> ModelRef:
@@ -137,40 +144,57 @@ class ModelManager:
             and now_ms - last_inference(meta) > _RECENT_USE_S * 1000
         ]
         candidates.sort(key=last_inference)
-        if len(loaded) - limit + 1 > len(candidates):
-            raise Overloaded(
-                f"model_name: all {len(loaded)} loaded models are in use "
-                f"(EMBED_MAX_LOADED_MODELS={limit}); retry shortly"
-            )
-        evicted = []
-        for meta in candidates[: len(loaded) - limit + 1]:
-            for name in meta["triton_models"].values():
-                await self._triton.unload(name)
-            self.loaded_set.remove(meta["model_name"], meta.get("pretrained"))
+        needed = len(loaded) - limit + 1
+        all_busy = Overloaded(
+            f"model_name: all {len(loaded)} loaded models are in use "
+            f"(EMBED_MAX_LOADED_MODELS={limit}); retry shortly"
+        )
+        if needed > len(candidates):
+            raise all_busy
+        evicted: list[str] = []
+        for meta in candidates:
+            if len(evicted) == needed:
+                break
+            # A model whose lock is taken is being loaded, unloaded or deleted: not a
+            # victim. Never wait for it: that load may be evicting this one's model.
+            async with self._locks.try_hold(meta["triton_models"]["text"]) as held:
+                if not held:
+                    continue
+                for name in meta["triton_models"].values():
+                    await self._triton.unload(name)
+                self.loaded_set.remove(meta["model_name"], meta.get("pretrained"))
             label = meta["model_name"] + (
                 f" ({meta['pretrained']})" if meta.get("pretrained") else ""
             )
             logger.info("evicted %s (least recently used)", label)
             evicted.append(label)
+        if len(evicted) < needed:
+            raise all_busy
         return evicted
 
     async def _convert(self, ref: ModelRef, on_stage: Callable[[str], None] | None) -> None:
-        staging = self._repository.new_staging_dir()
-        started = time.perf_counter()
-        outcome = "failed"
-        try:
-            await run_converter(
-                ref,
-                staging,
-                deployment_options(self._settings),
-                self._settings.conversion_timeout_s,
-                on_stage,
-            )
-            self._repository.commit(staging, ref.primary)
-            outcome = "converted"
-        finally:
-            self._repository.discard(staging)
-            CONVERSIONS.labels(ref.kind, outcome).observe(time.perf_counter() - started)
+        """Convert ``ref`` into the repository, holding one of the shared conversion slots.
+
+        Called under the model's lock, so concurrent loads of the same model wait for that
+        lock (and then find the model converted) instead of taking a slot of their own.
+        """
+        with self._conversion_slots.hold():
+            staging = self._repository.new_staging_dir()
+            started = time.perf_counter()
+            outcome = "failed"
+            try:
+                await run_converter(
+                    ref,
+                    staging,
+                    deployment_options(self._settings),
+                    self._settings.conversion_timeout_s,
+                    on_stage,
+                )
+                self._repository.commit(staging, ref.primary)
+                outcome = "converted"
+            finally:
+                self._repository.discard(staging)
+                CONVERSIONS.labels(ref.kind, outcome).observe(time.perf_counter() - started)
         logger.info("converted %s in %.1f s", _label(ref), time.perf_counter() - started)
 
     async def unload(self, ref: ModelRef) -> str:
@@ -208,17 +232,25 @@ class ModelManager:
         return [_summary(meta) for meta in await self._loaded_metadata()]
 
     async def restore(self, default_models: list[str]) -> None:
-        """Load the default models and every model the persisted set says was loaded."""
+        """Load the default models and every model the persisted set says was loaded.
+
+        Any failure (a refused name, a full disk, a converter crash) is recorded in the
+        loaded set for that model alone, so the others are still restored and the failed
+        one is reported with its reason until it is loaded again.
+        """
         wanted = [{"model_name": name, "pretrained": None} for name in default_models]
         wanted += [e for e in self.loaded_set.entries() if e not in wanted]
         for entry in wanted:
-            label = entry["model_name"]
+            name, pretrained = str(entry["model_name"]), entry.get("pretrained")
             try:
-                ref = self.resolve(str(entry["model_name"]), entry.get("pretrained"))
-                logger.info("restoring %s", label)
+                ref = self.resolve(name, pretrained)
+                logger.info("restoring %s", name)
                 logger.info(await self.load(ref))
-            except ServiceError as error:
-                logger.error("could not restore %s: %s", label, error.message)
+            except Exception as error:
+                reason = _restore_reason(error, {name, pretrained or ""})
+                trace = None if isinstance(error, ServiceError) else error
+                logger.error("could not restore %s: %s", name, reason, exc_info=trace)
+                self.loaded_set.mark_failed(name, pretrained, reason)
 
     async def repository_models(self) -> list[dict[str, Any]]:
         ready = await self._triton.ready_models()
@@ -226,6 +258,18 @@ class ModelManager:
             {**_summary(meta), "loaded": set(meta["triton_models"].values()) <= ready}
             for meta in self._repository.list_models()
         ]
+
+
+def _restore_reason(error: Exception, given: set[str]) -> str:
+    """Why a restore failed, fit for a response body: one line, no internal paths (Triton's
+    load errors carry the model's path and a Python stack)."""
+    if isinstance(error, ServiceError):
+        # Drop the field prefix ("model_name: "): the caller's message names the model.
+        first_line = error.message.removeprefix("model_name: ").split("\n", 1)[0]
+        return redact_paths(first_line[:_MAX_REASON_CHARS], given)
+    if isinstance(error, OSError) and error.strerror:
+        return f"{type(error).__name__}: {error.strerror}"
+    return f"{type(error).__name__} (see the server log)"
 
 
 def _label(ref: ModelRef) -> str:

@@ -3,6 +3,9 @@
 Triton runs through ``run_triton_server_dev.sh`` (the README's way) in its own process
 group, so stopping it also stops the Python backend stubs it spawned. If Triton dies it
 is started again with back-off; the API itself keeps answering (503) meanwhile.
+
+Nothing starts when the settings would expose the API or Triton without a key
+(:mod:`embed_server.exposure`).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+from embed_server.exposure import UnsafeExposure, check_exposure
 from embed_server.settings import Settings
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -26,9 +30,18 @@ def _log(message: str) -> None:
     print(f"[serve] {message}", flush=True)
 
 
-def _triton_live(port: int) -> bool:
+def _connect_host(bind_host: str) -> str:
+    """Where this machine reaches a server bound to ``bind_host`` (a wildcard bind is
+    reached on loopback), written for a URL."""
+    if bind_host in ("0.0.0.0", "::", ""):
+        return "127.0.0.1"
+    return f"[{bind_host}]" if ":" in bind_host else bind_host
+
+
+def _triton_live(host: str, port: int) -> bool:
+    """Triton's health API, which stays open when its other APIs demand a key."""
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/health/live", timeout=1) as r:
+        with urllib.request.urlopen(f"http://{host}:{port}/v2/health/live", timeout=1) as r:
             return r.status == 200
     except OSError:
         return False
@@ -69,12 +82,12 @@ class HangWatch:
     def reset(self) -> None:
         self._last_answer = self._last_probe = time.monotonic()
 
-    def hung(self, port: int) -> bool:
+    def hung(self, host: str, port: int) -> bool:
         now = time.monotonic()
         if not self.timeout_s or now - self._last_probe < self._PROBE_EVERY_S:
             return False
         self._last_probe = now
-        if _triton_live(port):
+        if _triton_live(host, port):
             self._last_answer = now
             return False
         if now - self._last_answer >= self.timeout_s:
@@ -89,11 +102,13 @@ class Supervisor:
         self.triton: subprocess.Popen[bytes] | None = None
         self.api: subprocess.Popen[bytes] | None = None
         self.stopping = False
+        self.triton_address = _connect_host(settings.triton_host)
 
     def start_triton(self) -> None:
         env = dict(os.environ)
         env.update(
             MODEL_REPOSITORY=str(self.settings.model_repository.resolve()),
+            TRITON_HOST=self.settings.triton_host,
             TRITON_HTTP_PORT=str(self.settings.triton_http_port),
             TRITON_GRPC_PORT=str(self.settings.triton_grpc_port),
             TRITON_METRICS_PORT=str(self.settings.triton_metrics_port),
@@ -107,7 +122,13 @@ class Supervisor:
 
     def start_api(self) -> None:
         env = dict(os.environ)
-        env.setdefault("EMBED_TRITON_GRPC_URL", f"127.0.0.1:{self.settings.triton_grpc_port}")
+        env.setdefault(
+            "EMBED_TRITON_GRPC_URL", f"{self.triton_address}:{self.settings.triton_grpc_port}"
+        )
+        env.setdefault(
+            "EMBED_TRITON_METRICS_URL",
+            f"http://{self.triton_address}:{self.settings.triton_metrics_port}/metrics",
+        )
         if self.settings.workers > 1 and "PROMETHEUS_MULTIPROC_DIR" not in env:
             # Each worker counts in its own files here; a scrape of any worker sums them.
             env["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="embed-prometheus-")
@@ -135,7 +156,7 @@ class Supervisor:
         while time.monotonic() < deadline and not self.stopping:
             if self.triton is not None and self.triton.poll() is not None:
                 return False
-            if _triton_live(self.settings.triton_http_port):
+            if _triton_live(self.triton_address, self.settings.triton_http_port):
                 return True
             time.sleep(0.3)
         return False
@@ -163,7 +184,9 @@ class Supervisor:
             if self.api is not None and self.api.poll() is not None:
                 _log(f"API exited with status {self.api.returncode}; stopping")
                 break
-            if self.triton is not None and watch.hung(self.settings.triton_http_port):
+            if self.triton is not None and watch.hung(
+                self.triton_address, self.settings.triton_http_port
+            ):
                 _log(
                     f"Triton has not answered for {watch.timeout_s:.0f} s; killing it "
                     "(process group) to restart it"
@@ -193,4 +216,10 @@ class Supervisor:
 
 
 def main() -> int:
-    return Supervisor(Settings()).run()
+    settings = Settings()
+    try:
+        check_exposure(settings)
+    except UnsafeExposure as error:
+        print(f"[serve] refusing to start: {error}", file=sys.stderr, flush=True)
+        return 2
+    return Supervisor(settings).run()

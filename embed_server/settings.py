@@ -31,6 +31,9 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = 8686
     workers: int = Field(default=1, ge=1)
+    # A non-loopback EMBED_HOST without EMBED_API_KEY refuses to start unless this is set:
+    # an exposed server with an open admin API must be a decision, not a default.
+    allow_unauthenticated: bool = False
 
     model_repository: Path = Path("model_repository")
     default_models: Annotated[list[str], NoDecode] = Field(default_factory=lambda: [DEFAULT_MODEL])
@@ -43,6 +46,13 @@ class Settings(BaseSettings):
     triton_http_port: int = 8000
     triton_grpc_port: int = 8001
     triton_metrics_port: int = 8002
+    # Where Triton's HTTP, gRPC and metrics servers bind. Triton's repository API can load
+    # code, so it stays on loopback unless an operator exposes it on purpose (a split
+    # deployment); a non-loopback address then requires EMBED_TRITON_API_KEY.
+    triton_host: str = "127.0.0.1"
+    # With a key, every Triton API group but health needs it in a request header; the API
+    # sends it on each call. Required when triton_host is not loopback.
+    triton_api_key: SecretStr | None = None
     # Triton's Prometheus endpoint, merged into /metrics/prometheus; empty means
     # http://127.0.0.1:<triton_metrics_port>/metrics.
     triton_metrics_url: str = ""
@@ -87,6 +97,10 @@ class Settings(BaseSettings):
     image_max_redirects: int = Field(default=3, ge=0)
     image_max_pixels: int = Field(default=40_000_000, ge=1)
     max_images_per_request: int = Field(default=64, ge=1)
+    # Connections one request may hold at once, so a request of many slow URLs cannot
+    # take the whole shared pool (image_fetch_pool_size) from everyone else.
+    image_fetches_per_request: int = Field(default=8, ge=1)
+    image_fetch_pool_size: int = Field(default=64, ge=1)
     image_decode_workers: int = Field(default=2, ge=1)
 
     # Overload protection and request limits.
@@ -95,7 +109,10 @@ class Settings(BaseSettings):
     triton_max_queue_size: int = Field(default=512, ge=0)
     max_items_per_request: int = Field(default=512, ge=1)
     max_text_chars: int = Field(default=50_000, ge=1)
-    max_body_bytes: int = Field(default=64 * 1024 * 1024, ge=1)
+    # Threads that tokenise texts too long to tokenise on the event loop (shared by all
+    # requests; each request runs one chunk at a time there).
+    tokenize_workers: int = Field(default=2, ge=1)
+    max_body_bytes: int = Field(default=32 * 1024 * 1024, ge=1)
     max_loaded_models: int = Field(default=0, ge=0)
 
     # Access control: a bearer key for model management, optionally for inference too.
@@ -103,8 +120,15 @@ class Settings(BaseSettings):
     api_key_infer: bool = False
 
     conversion_timeout_s: float = Field(default=1800.0, gt=0)
+    # Conversions running at once across all workers (each is a torch process of GBs);
+    # one more is refused with 429 and Retry-After.
+    max_conversions: int = Field(default=2, ge=1)
+    # A Hub model whose files add up to more than this is refused before downloading.
+    max_download_bytes: int = Field(default=10 * 1024**3, ge=1)
     # One JSON object per log line instead of plain text.
     log_json: bool = False
+    # Bounds the API's status and unload calls to Triton. Inference calls get what remains
+    # of the request's own deadline (request_timeout_s) instead, as Triton's queue timeout.
     triton_timeout_s: float = Field(default=60.0, gt=0)
 
     @field_validator("default_models", mode="before")

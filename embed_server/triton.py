@@ -15,6 +15,7 @@ from urllib.parse import quote, urlsplit
 import aiohttp
 import numpy as np
 import tritonclient.grpc.aio as grpcclient
+from tritonclient.grpc import InferenceServerClientPlugin, Request
 from tritonclient.utils import InferenceServerException
 
 from embed_server.errors import (
@@ -25,6 +26,7 @@ from embed_server.errors import (
     TritonError,
     TritonUnavailable,
 )
+from embed_server.triton_access import grpc_headers, http_headers
 from embed_server.triton_http import (
     HEADER_LENGTH,
     ConnectionFailed,
@@ -67,9 +69,30 @@ def _translate_status(status: str, message: str, model: str | None) -> Exception
     return TritonError(f"Triton error: {message}")
 
 
+class _KeyHeader(InferenceServerClientPlugin):
+    """Adds the key of a restricted Triton to every gRPC call, present and future."""
+
+    def __init__(self, api_key: str) -> None:
+        self._headers = grpc_headers(api_key)
+
+    def __call__(self, request: Request) -> None:
+        request.headers.update(self._headers)
+
+
 class TritonGateway:
-    def __init__(self, url: str, http_url: str, timeout_s: float, metrics_url: str = "") -> None:
+    def __init__(
+        self,
+        url: str,
+        http_url: str,
+        timeout_s: float,
+        metrics_url: str = "",
+        api_key: str | None = None,
+    ) -> None:
         self._client = grpcclient.InferenceServerClient(url=url)
+        if api_key:
+            self._client.register_plugin(_KeyHeader(api_key))
+        # Sent with each inference; Triton started with a key refuses requests without it.
+        self._http_headers = http_headers(api_key)
         address = urlsplit(http_url)
         self._infer_pool = HttpConnectionPool(address.hostname or "127.0.0.1", address.port or 80)
         self._timeout_s = timeout_s
@@ -116,18 +139,25 @@ class TritonGateway:
             return False
 
     async def infer(
-        self, model: str, inputs: dict[str, np.ndarray], outputs: list[str]
+        self, model: str, inputs: dict[str, np.ndarray], outputs: list[str], timeout_s: float
     ) -> dict[str, np.ndarray]:
-        """Run one request, bounded in Triton's queue and in total by the Triton timeout."""
+        """Run one request within ``timeout_s``, what remains of the caller's deadline.
+
+        Triton gets the same time as its queue timeout, so a request still queued when the
+        caller gives up is rejected there instead of computed for no one.
+        """
         if not self.last_known_live:
             raise TritonUnavailable("Triton is not answering; retry shortly")
+        if timeout_s <= 0:
+            raise DeadlineExceeded("the request deadline passed before Triton was called")
         body, header_length = encode_infer_request(
-            inputs, outputs, timeout_us=int(self._timeout_s * 1_000_000)
+            inputs, outputs, timeout_us=max(1, int(timeout_s * 1_000_000))
         )
         path = f"/v2/models/{quote(model, safe='')}/infer"
         try:
-            async with asyncio.timeout(self._timeout_s):
-                reply = await self._infer_pool.post(path, {HEADER_LENGTH: str(header_length)}, body)
+            async with asyncio.timeout(timeout_s):
+                headers = {HEADER_LENGTH: str(header_length), **self._http_headers}
+                reply = await self._infer_pool.post(path, headers, body)
         except TimeoutError:
             raise DeadlineExceeded("Triton did not answer within the request deadline") from None
         except ConnectionFailed:

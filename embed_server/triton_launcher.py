@@ -20,7 +20,9 @@ import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 
+from embed_server.exposure import UnsafeExposure, check_triton_exposure, key_value
 from embed_server.settings import Settings
+from embed_server.triton_access import bind_args, restriction_args
 
 RUNNER_BACKEND_NAME = "onnxruntime_python"
 _RUNNER_SOURCE = Path(__file__).resolve().parent / "runner" / "model.py"
@@ -85,7 +87,13 @@ def triton_launch(
     grpc_port: int = 8001,
     metrics_port: int = 8002,
     extra_args: list[str] | None = None,
+    *,
+    host: str = "127.0.0.1",
+    api_key: str | None = None,
 ) -> TritonLaunch:
+    """The command line and environment of one server; raises :class:`UnsafeExposure`
+    for a ``host`` beyond loopback without an ``api_key``."""
+    check_triton_exposure(host, api_key)
     root = _pytriton_root()
     binary = root / "tritonserver" / "bin" / "tritonserver"
     argv = [
@@ -96,6 +104,8 @@ def triton_launch(
         f"--http-port={http_port}",
         f"--grpc-port={grpc_port}",
         f"--metrics-port={metrics_port}",
+        *bind_args(host),
+        *restriction_args(api_key),
         "--allow-metrics=true",
         # Nothing here reads the nv_cpu_* series, and generated configs are complete, so
         # neither CPU sampling nor a stub forked for config auto-completion is needed.
@@ -125,20 +135,28 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--http-port", type=int, default=8000)
     parser.add_argument("--grpc-port", type=int, default=8001)
     parser.add_argument("--metrics-port", type=int, default=8002)
+    settings = Settings()
+    parser.add_argument("--host", default=settings.triton_host, help="address Triton binds")
     parser.add_argument(
-        "--nice", type=int, default=Settings().triton_nice, help="CPU priority offset"
+        "--nice", type=int, default=settings.triton_nice, help="CPU priority offset"
     )
     args, extra = parser.parse_known_args(argv)
     args.model_repository.mkdir(parents=True, exist_ok=True)
     backends = build_backend_directory(args.backend_directory)
-    launch = triton_launch(
-        args.model_repository,
-        backends,
-        args.http_port,
-        args.grpc_port,
-        args.metrics_port,
-        extra,
-    )
+    try:
+        launch = triton_launch(
+            args.model_repository,
+            backends,
+            args.http_port,
+            args.grpc_port,
+            args.metrics_port,
+            extra,
+            host=args.host,
+            # From EMBED_TRITON_API_KEY, never from this command line.
+            api_key=key_value(settings.triton_api_key),
+        )
+    except UnsafeExposure as error:
+        raise SystemExit(f"refusing to start Triton: {error}") from None
     if shutil.which(launch.argv[0]) is None:
         raise SystemExit(f"tritonserver binary not executable: {launch.argv[0]}")
     if args.nice:

@@ -132,6 +132,7 @@ class RunningServer:
     log_path: Path
     triton_http_port: int
     triton_grpc_port: int
+    triton_metrics_port: int
 
 
 def start_server(repository: Path, log_path: Path, env_overrides: dict[str, str]) -> RunningServer:
@@ -157,7 +158,9 @@ def start_server(repository: Path, log_path: Path, env_overrides: dict[str, str]
         stdout=log,
         stderr=subprocess.STDOUT,
     )
-    return RunningServer(f"http://127.0.0.1:{port}", repository, process, log_path, http, grpc)
+    return RunningServer(
+        f"http://127.0.0.1:{port}", repository, process, log_path, http, grpc, metrics
+    )
 
 
 def wait_until(server: RunningServer, path: str, timeout_s: float) -> httpx.Response:

@@ -6,7 +6,7 @@ import io
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 import numpy as np
 from PIL import Image
@@ -93,7 +93,8 @@ class ImageServer:
                 self.wfile.write(body)
 
             def do_GET(self) -> None:
-                path = urlsplit(self.path).path
+                parts = urlsplit(self.path)
+                path = parts.path
                 if path.startswith("/img/") and path[5:] in server.images:
                     body, kind = server.images[path[5:]]
                     return self._send(200, body, kind)
@@ -123,6 +124,9 @@ class ImageServer:
                     return self._send(302, b"", "text/plain", Location="/loop")
                 if path.startswith("/redirect/"):
                     return self._send(302, b"", "text/plain", Location=path[len("/redirect") :])
+                if path == "/location":  # a redirect to ?to=..., however malformed
+                    target = parse_qs(parts.query)["to"][0]
+                    return self._send(302, b"", "text/plain", Location=target)
                 if path == "/to-other-host":
                     port = self.server.server_address[1]
                     target = f"http://127.0.0.2:{port}/img/square.png"

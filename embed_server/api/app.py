@@ -12,12 +12,14 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
+from embed_server.api.access import RouteAccess, documentation_paths
 from embed_server.api.guards import GuardMiddleware
 from embed_server.api.job_routes import router as job_router
 from embed_server.api.observability_routes import router as observability_router
 from embed_server.api.openai_routes import router as openai_router
 from embed_server.api.routes import router
 from embed_server.errors import ServiceError
+from embed_server.exposure import check_api_exposure, key_value
 from embed_server.image_fetch import ImageFetcher
 from embed_server.inference import InferenceService, RequestLimits
 from embed_server.inflight import InflightTracker
@@ -33,7 +35,9 @@ from embed_server.triton import TritonGateway
 logger = logging.getLogger("embed_server")
 
 
-def _build_services(app: FastAPI, settings: Settings) -> tuple[ImageFetcher, ThreadPoolExecutor]:
+def _build_services(
+    app: FastAPI, settings: Settings
+) -> tuple[ImageFetcher, list[ThreadPoolExecutor]]:
     repository = ModelRepository(settings.model_repository)
     for leftover in repository.remove_leftovers(older_than_s=settings.conversion_timeout_s):
         logger.warning("removed unfinished folder %s", leftover)
@@ -42,6 +46,7 @@ def _build_services(app: FastAPI, settings: Settings) -> tuple[ImageFetcher, Thr
         settings.resolved_triton_http_url(),
         settings.triton_timeout_s,
         settings.resolved_triton_metrics_url(),
+        api_key=key_value(settings.triton_api_key),
     )
     inflight = InflightTracker()
     fetcher = ImageFetcher(
@@ -51,9 +56,14 @@ def _build_services(app: FastAPI, settings: Settings) -> tuple[ImageFetcher, Thr
         total_timeout_s=settings.image_total_timeout_s,
         max_bytes=settings.image_max_bytes,
         max_redirects=settings.image_max_redirects,
+        pool_size=settings.image_fetch_pool_size,
+        fetches_per_request=settings.image_fetches_per_request,
     )
     image_pool = ThreadPoolExecutor(
         max_workers=settings.image_decode_workers, thread_name_prefix="image"
+    )
+    text_pool = ThreadPoolExecutor(
+        max_workers=settings.tokenize_workers, thread_name_prefix="tokenize"
     )
     limits = RequestLimits(
         max_items=settings.max_items_per_request,
@@ -69,6 +79,7 @@ def _build_services(app: FastAPI, settings: Settings) -> tuple[ImageFetcher, Thr
         triton,
         fetcher,
         image_pool,
+        text_pool,
         limits,
         inflight,
         app.state.models.loaded_set,
@@ -76,33 +87,51 @@ def _build_services(app: FastAPI, settings: Settings) -> tuple[ImageFetcher, Thr
     )
     app.state.jobs = LoadJobs(JobStore(repository.root / ".jobs"), app.state.models)
     app.state.watcher = TritonWatcher(triton, app.state.models, settings.default_models)
-    return fetcher, image_pool
+    return fetcher, [image_pool, text_pool]
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
+    # Also here, not only in `serve`: `uvicorn app:app` starts the API on its own.
+    check_api_exposure(settings)
     configure_logging(settings.log_json)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        fetcher, image_pool = _build_services(app, settings)
-        watcher = asyncio.create_task(app.state.watcher.run())
+        fetcher, pools = _build_services(app, settings)
+        watcher = asyncio.create_task(app.state.watcher.run_forever())
         try:
             yield
         finally:
             watcher.cancel()
             await app.state.jobs.close()
             await fetcher.close()
-            image_pool.shutdown(wait=False, cancel_futures=True)
+            for pool in pools:
+                pool.shutdown(wait=False, cancel_futures=True)
             await app.state.triton.close()
 
-    async def readiness() -> str:
-        """Why the service is not ready, or "" when it is."""
-        if not await app.state.triton.is_ready():
-            return "Triton is not ready"
+    async def readiness() -> tuple[bool, str]:
+        """Whether the service is ready, and why not or what it lacks.
+
+        A default model that could not be restored keeps the service unready; any other
+        such model is named while the service stays ready for the rest, so one broken
+        model does not take every replica out of rotation. Hence Triton's liveness, not its
+        own readiness: with strict readiness one model that failed to load (or is loading)
+        makes all of Triton report not-ready.
+        """
+        if not await app.state.triton.is_live():
+            return False, "Triton is not ready"
+        failures = app.state.models.loaded_set.failures()
+        failed = "; ".join(f"{f.label}: {f.reason}" for f in failures)
+        if any(f.model_name in settings.default_models for f in failures):
+            return False, f"models could not be restored (load them again): {failed}"
         loaded = {m["model_name"] for m in await app.state.models.loaded_models()}
         missing = [name for name in settings.default_models if name not in loaded]
-        return f"default models not loaded yet: {', '.join(missing)}" if missing else ""
+        if missing:
+            return False, f"default models not loaded yet: {', '.join(missing)}"
+        if failed:
+            return True, f"ready, but models could not be restored (load them again): {failed}"
+        return True, "ready"
 
     app = FastAPI(title="Triton embedding server", lifespan=lifespan)
     app.state.readiness = readiness
@@ -112,9 +141,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(observability_router)
     app.add_middleware(
         GuardMiddleware,
+        routes=RouteAccess(app.router, documentation_paths(app)),
         max_body_bytes=settings.max_body_bytes,
         max_inflight=settings.max_inflight,
-        api_key=settings.api_key.get_secret_value() if settings.api_key else None,
+        api_key=key_value(settings.api_key),
         api_key_infer=settings.api_key_infer,
     )
     # Added last, so outermost: refusals by the guards are logged and counted too.

@@ -1,13 +1,13 @@
 """ASGI middleware that protects the service before a request reaches a handler.
 
+- Access: each route declares who may call it (:mod:`embed_server.api.access`); with
+  ``EMBED_API_KEY`` set, admin routes, and with ``EMBED_API_KEY_INFER=true`` read routes
+  too, need ``Authorization: Bearer <key>`` (the scheme in any case). The request is
+  matched to its route before its body is read; keys are compared in constant time and
+  never logged.
 - Body size: refused with 413 from the Content-Length header, or while streaming.
 - Work in flight: inference requests beyond ``EMBED_MAX_INFLIGHT`` get 503 with
   ``Retry-After`` at once, instead of queueing without limit.
-- Access: with ``EMBED_API_KEY`` set, model management needs ``Authorization: Bearer``;
-  ``EMBED_API_KEY_INFER=true`` extends that to inference and metrics. Keys are compared
-  in constant time and never logged.
-
-Paths are classified by prefix so routes added later are covered without touching this.
 """
 
 from __future__ import annotations
@@ -19,21 +19,16 @@ from typing import Any
 
 from starlette.exceptions import HTTPException
 
+from embed_server.api.access import Access, RouteAccess
+
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
+# Requests counted against the in-flight limit.
 INFERENCE_PATHS = ("/infer", "/v1/embeddings")
-ADMIN_PATHS = (
-    "/load_sentence_transformer_model",
-    "/load_clip_model",
-    "/unload_model",
-    "/delete_model",
-    "/jobs",
-)
-PROTECTED_WITH_INFER = (*INFERENCE_PATHS, "/metrics", "/v1/models", "/dashboard")
 
 
 async def _reply(
@@ -57,17 +52,26 @@ class _BodyTooLarge(HTTPException):
         super().__init__(413, f"body: larger than the limit of {limit} bytes")
 
 
+def bearer_token(authorization: bytes) -> bytes:
+    """The credentials of an ``Authorization: Bearer`` header (the scheme is
+    case-insensitive, RFC 9110), or b"" for any other header."""
+    scheme, _, token = authorization.strip().partition(b" ")
+    return token.strip() if scheme.lower() == b"bearer" else b""
+
+
 class GuardMiddleware:
     def __init__(
         self,
         app: ASGIApp,
         *,
+        routes: RouteAccess,
         max_body_bytes: int,
         max_inflight: int,
         api_key: str | None,
         api_key_infer: bool,
     ) -> None:
         self.app = app
+        self._routes = routes
         self.max_body_bytes = max_body_bytes
         self.max_inflight = max_inflight
         self.inflight = 0
@@ -75,16 +79,14 @@ class GuardMiddleware:
         self._key_infer = api_key_infer
 
     def _authorized(self, scope: Scope) -> bool:
-        path: str = scope["path"]
-        protected = path.startswith(ADMIN_PATHS) or (
-            self._key_infer and path.startswith(PROTECTED_WITH_INFER)
-        )
-        if self._key is None or not protected:
+        if self._key is None:
+            return True
+        level = self._routes.level(scope)
+        if level is Access.PUBLIC or (level is Access.READ and not self._key_infer):
             return True
         headers = dict(scope.get("headers") or [])
-        supplied = headers.get(b"authorization", b"")
-        expected = b"Bearer " + self._key
-        return hmac.compare_digest(supplied, expected)
+        supplied = bearer_token(headers.get(b"authorization", b""))
+        return hmac.compare_digest(supplied, self._key)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":

@@ -16,6 +16,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 
+from embed_server.api.access import Access, access
 from embed_server.api.openai_schemas import (
     EmbeddingRequest,
     EmbeddingResponse,
@@ -106,7 +107,12 @@ def _split_input(
     return value, None  # type: ignore[return-value]
 
 
-@router.post("/embeddings", response_model=EmbeddingResponse, responses=_ERRORS)
+@router.post(
+    "/embeddings",
+    response_model=EmbeddingResponse,
+    responses=_ERRORS,
+    openapi_extra=access(Access.READ),
+)
 async def create_embeddings(body: EmbeddingRequest, request: Request) -> Response:
     ref = _resolve(request.app.state.models, body.model)
     note_model(request, body.model)
@@ -135,7 +141,9 @@ async def create_embeddings(body: EmbeddingRequest, request: Request) -> Respons
     )
 
 
-@router.get("/models", response_model=ModelList, responses=_ERRORS)
+@router.get(
+    "/models", response_model=ModelList, responses=_ERRORS, openapi_extra=access(Access.READ)
+)
 async def list_models(request: Request) -> ModelList:
     manager: ModelManager = request.app.state.models
     cards = [

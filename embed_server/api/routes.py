@@ -7,6 +7,7 @@ import time
 import orjson
 from fastapi import APIRouter, Request, Response
 
+from embed_server.api.access import Access, access
 from embed_server.api.schemas import (
     ErrorResponse,
     HealthResponse,
@@ -41,7 +42,12 @@ def _triton(request: Request) -> TritonGateway:
     return request.app.state.triton
 
 
-@router.post("/load_sentence_transformer_model", response_model=MessageResponse, responses=_ERRORS)
+@router.post(
+    "/load_sentence_transformer_model",
+    response_model=MessageResponse,
+    responses=_ERRORS,
+    openapi_extra=access(Access.ADMIN),
+)
 async def load_sentence_transformer_model(
     body: LoadSentenceTransformerRequest, request: Request
 ) -> MessageResponse:
@@ -50,14 +56,21 @@ async def load_sentence_transformer_model(
     return MessageResponse(message=message)
 
 
-@router.post("/load_clip_model", response_model=MessageResponse, responses=_ERRORS)
+@router.post(
+    "/load_clip_model",
+    response_model=MessageResponse,
+    responses=_ERRORS,
+    openapi_extra=access(Access.ADMIN),
+)
 async def load_clip_model(body: LoadClipRequest, request: Request) -> MessageResponse:
     manager = _manager(request)
     message = await manager.load(manager.resolve_clip(body.model_name, body.pretrained))
     return MessageResponse(message=message)
 
 
-@router.post("/infer", response_model=InferResponse, responses=_ERRORS)
+@router.post(
+    "/infer", response_model=InferResponse, responses=_ERRORS, openapi_extra=access(Access.READ)
+)
 async def infer(body: InferRequest, request: Request) -> Response:
     started = time.perf_counter()
     ref = _manager(request).resolve(body.model_name, body.pretrained)
@@ -75,7 +88,12 @@ async def infer(body: InferRequest, request: Request) -> Response:
     )
 
 
-@router.post("/unload_model", response_model=MessageResponse, responses=_ERRORS)
+@router.post(
+    "/unload_model",
+    response_model=MessageResponse,
+    responses=_ERRORS,
+    openapi_extra=access(Access.ADMIN),
+)
 async def unload_model(body: ModelRequest, request: Request) -> MessageResponse:
     manager = _manager(request)
     return MessageResponse(
@@ -83,7 +101,12 @@ async def unload_model(body: ModelRequest, request: Request) -> MessageResponse:
     )
 
 
-@router.post("/delete_model", response_model=MessageResponse, responses=_ERRORS)
+@router.post(
+    "/delete_model",
+    response_model=MessageResponse,
+    responses=_ERRORS,
+    openapi_extra=access(Access.ADMIN),
+)
 async def delete_model(body: ModelRequest, request: Request) -> MessageResponse:
     manager = _manager(request)
     return MessageResponse(
@@ -91,33 +114,45 @@ async def delete_model(body: ModelRequest, request: Request) -> MessageResponse:
     )
 
 
-@router.get("/loaded_models", response_model=ModelsResponse, responses=_ERRORS)
+@router.get(
+    "/loaded_models",
+    response_model=ModelsResponse,
+    responses=_ERRORS,
+    openapi_extra=access(Access.READ),
+)
 async def loaded_models(request: Request) -> ModelsResponse:
     return ModelsResponse(models=await _manager(request).loaded_models())
 
 
-@router.get("/repository_models", response_model=ModelsResponse, responses=_ERRORS)
+@router.get(
+    "/repository_models",
+    response_model=ModelsResponse,
+    responses=_ERRORS,
+    openapi_extra=access(Access.READ),
+)
 async def repository_models(request: Request) -> ModelsResponse:
     return ModelsResponse(models=await _manager(request).repository_models())
 
 
-@router.get("/metrics", responses=_ERRORS)
+@router.get("/metrics", responses=_ERRORS, openapi_extra=access(Access.READ))
 async def metrics(request: Request) -> dict[str, object]:
     return {"model_stats": model_stats(await _triton(request).statistics())}
 
 
-@router.get("/health", response_model=HealthResponse)
+@router.get("/health", response_model=HealthResponse, openapi_extra=access(Access.PUBLIC))
 async def health(request: Request) -> HealthResponse:
     """Liveness: answers at once whenever the API process runs; ``triton_ready`` is what
     the background watcher saw last (at most half a second old), not a fresh round trip."""
     return HealthResponse(status="ok", triton_ready=_triton(request).last_known_ready)
 
 
-@router.get("/ready", response_model=MessageResponse, responses=_ERRORS)
+@router.get(
+    "/ready", response_model=MessageResponse, responses=_ERRORS, openapi_extra=access(Access.PUBLIC)
+)
 async def ready(request: Request, response: Response) -> MessageResponse:
-    """Readiness: 200 only while Triton is ready and the default models are loaded."""
-    reason = await request.app.state.readiness()
-    if reason:
+    """Readiness: 200 only while Triton is ready and the default models are loaded; the
+    message names models that could not be restored."""
+    is_ready, message = await request.app.state.readiness()
+    if not is_ready:
         response.status_code = 503
-        return MessageResponse(message=reason)
-    return MessageResponse(message="ready")
+    return MessageResponse(message=message)

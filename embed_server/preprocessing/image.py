@@ -19,6 +19,12 @@ from PIL import Image
 from embed_server.errors import BadRequest
 
 _INTERPOLATION = {"bicubic": Image.Resampling.BICUBIC, "bilinear": Image.Resampling.BILINEAR}
+# What people send: photos (JPEG; the multi-picture JPEGs many phones write open through
+# Pillow's JPEG opener, as format MPO), web images (PNG, GIF, WEBP) and BMP. Every other
+# decoder Pillow has (EPS through Ghostscript, PSD, dozens of rare formats) is attack
+# surface nobody needs here. TIFF is left out too: scanners and archives write it, browsers
+# mostly do not show it, and libtiff with its many codecs is the largest of those decoders.
+ALLOWED_FORMATS = ("JPEG", "PNG", "GIF", "WEBP", "BMP")
 
 
 @dataclass(frozen=True)
@@ -42,17 +48,17 @@ class ImageSpec:
         )
 
 
-def _scaled_size(image: Image.Image, target: tuple[int, int], longest: float) -> tuple[int, int]:
+def _scaled_size(size: tuple[int, int], target: tuple[int, int], longest: float) -> tuple[int, int]:
     """(height, width) keeping the aspect ratio, as open_clip's ``ResizeKeepRatio``."""
-    height, width = image.size[1], image.size[0]
+    width, height = size
     ratio_h, ratio_w = height / target[0], width / target[1]
     ratio = max(ratio_h, ratio_w) * longest + min(ratio_h, ratio_w) * (1.0 - longest)
     return round(height / ratio), round(width / ratio)
 
 
-def _short_side_size(image: Image.Image, size: int) -> tuple[int, int]:
+def _short_side_size(source: tuple[int, int], size: int) -> tuple[int, int]:
     """(height, width) with the short side at ``size``, as torchvision's ``Resize(int)``."""
-    width, height = image.size
+    width, height = source
     short, long = (width, height) if width <= height else (height, width)
     if short == size:
         return height, width
@@ -82,53 +88,107 @@ def _center_crop_or_pad(image: Image.Image, height: int, width: int, fill: int) 
     return image.crop((left, top, left + width, top + height))
 
 
-def prepare(image: Image.Image, spec: ImageSpec) -> np.ndarray:
-    """uint8 HWC RGB array of the model's input size."""
-    resample = _INTERPOLATION.get(spec.interpolation, Image.Resampling.BICUBIC)
+def resized_size(source: tuple[int, int], spec: ImageSpec) -> tuple[int, int] | None:
+    """(width, height) the resize step makes of a ``source`` (width, height), in every
+    resize mode; None when the image keeps its size. Known before any pixel is touched."""
     target = (spec.height, spec.width)
     if spec.resize_mode == "squash":
-        image = image.resize((spec.width, spec.height), resample)
-    elif spec.resize_mode == "longest":
-        height, width = _scaled_size(image, target, longest=1.0)
-        image = image.resize((width, height), resample)
-        image = _center_crop_or_pad(image, spec.height, spec.width, spec.fill_color)
+        return spec.width, spec.height
+    if spec.resize_mode == "longest":
+        height, width = _scaled_size(source, target, longest=1.0)
+    elif spec.height == spec.width:
+        height, width = _short_side_size(source, spec.height)
+        if (width, height) == source:
+            return None
     else:
-        if spec.height == spec.width:
-            height, width = _short_side_size(image, spec.height)
-            if (height, width) != (image.size[1], image.size[0]):
-                image = image.resize((width, height), resample)
-        else:
-            height, width = _scaled_size(image, target, longest=0.0)
-            image = image.resize((width, height), Image.Resampling.BICUBIC)
-        image = _center_crop_or_pad(image, spec.height, spec.width, 0)
+        height, width = _scaled_size(source, target, longest=0.0)
+    return width, height
+
+
+def prepare(image: Image.Image, spec: ImageSpec) -> np.ndarray:
+    """uint8 HWC RGB array of the model's input size."""
+    size = resized_size(image.size, spec)
+    if size is not None:
+        # open_clip resizes a non-square "shortest" target with bicubic whatever the model says.
+        non_square = spec.resize_mode == "shortest" and spec.height != spec.width
+        resample = _INTERPOLATION.get(spec.interpolation, Image.Resampling.BICUBIC)
+        image = image.resize(size, Image.Resampling.BICUBIC if non_square else resample)
+    if spec.resize_mode != "squash":
+        fill = spec.fill_color if spec.resize_mode == "longest" else 0
+        image = _center_crop_or_pad(image, spec.height, spec.width, fill)
     return np.asarray(image.convert("RGB"), dtype=np.uint8)
 
 
-def decode(data: bytes, index: int, max_pixels: int) -> Image.Image:
-    """Open and fully decode image bytes, refusing decompression bombs before decoding.
+def _refuse_costly(image: Image.Image, index: int, spec: ImageSpec, max_pixels: int) -> None:
+    """Refuse, from the header alone, an image whose decoding or resizing costs too much.
 
-    Opening reads only the header; the pixel count is checked against our own limit
-    before ``load()`` decompresses anything.
+    The resized size counts as much as the source: a 1x40,000 PNG of 100 bytes becomes
+    224x8,960,000 on a "shortest" model (2e9 pixels); a 1000x1 one becomes 224x0 on a
+    "longest" model, which no resize can make.
+    """
+    width, height = image.size
+    if width * height > max_pixels:
+        raise BadRequest(
+            f"image.{index}: {width}x{height} pixels exceeds the limit of {max_pixels} "
+            "(decompression bomb refused)"
+        )
+    size = resized_size(image.size, spec)
+    if size is None:
+        return
+    if min(size) < 1:
+        raise BadRequest(
+            f"image.{index}: {width}x{height} pixels is too thin to resize to the model's "
+            f"input (it would become {size[0]}x{size[1]})"
+        )
+    if size[0] * size[1] > max_pixels:
+        raise BadRequest(
+            f"image.{index}: {width}x{height} pixels would be resized to {size[0]}x{size[1]}, "
+            f"over the limit of {max_pixels} pixels"
+        )
+
+
+def _format_of(data: bytes) -> str | None:
+    """The format Pillow would take these bytes for, judged on its signature checks alone
+    (no decoder of a refused format parses anything)."""
+    Image.init()
+    prefix = data[:16]
+    for name, (_, accept) in Image.OPEN.items():
+        try:
+            if accept is not None and accept(prefix):
+                return name
+        except Exception:  # some checks assume a full prefix; a short body is no image
+            continue
+    return None
+
+
+def decode(data: bytes, index: int, spec: ImageSpec, max_pixels: int) -> Image.Image:
+    """Open and fully decode image bytes of an allowed format, refusing costly images first.
+
+    Opening reads only the header; the pixel counts of the source and of the resized
+    image are checked against our own limit before ``load()`` decompresses anything.
     """
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)
-            image = Image.open(io.BytesIO(data))
-        width, height = image.size
-        if width * height > max_pixels:
-            raise BadRequest(
-                f"image.{index}: {width}x{height} pixels exceeds the limit of {max_pixels} "
-                "(decompression bomb refused)"
-            )
+            image = Image.open(io.BytesIO(data), formats=ALLOWED_FORMATS)
+        _refuse_costly(image, index, spec, max_pixels)
         image.load()
     except BadRequest:
         raise
     except Image.DecompressionBombError:
         raise BadRequest(f"image.{index}: decompression bomb refused") from None
+    except Image.UnidentifiedImageError:
+        found = _format_of(data)
+        if found is None or found in ALLOWED_FORMATS:
+            raise BadRequest(f"image.{index}: not a decodable image") from None
+        raise BadRequest(
+            f"image.{index}: {found} images are not accepted "
+            f"(accepted: {', '.join(ALLOWED_FORMATS)})"
+        ) from None
     except Exception:
         raise BadRequest(f"image.{index}: not a decodable image") from None
     return image
 
 
 def decode_and_prepare(data: bytes, index: int, spec: ImageSpec, max_pixels: int) -> np.ndarray:
-    return prepare(decode(data, index, max_pixels), spec)
+    return prepare(decode(data, index, spec, max_pixels), spec)

@@ -170,6 +170,47 @@ def test_health_answers_while_a_hundred_large_images_are_processed(
     assert max(latencies) < 1.0, max(latencies)
 
 
+def test_huge_single_word_texts_answer_quickly_and_health_stays_fast(
+    client, server, clip_loaded, reference
+):
+    """A 19,999-character word blocked the event loop for 11 s in the hand-written BPE."""
+    model, _, tokenizer = reference
+    rng = np.random.default_rng(5)
+    words = [
+        rng.integers(ord("a"), ord("z") + 1, size=50_000, dtype=np.uint8).tobytes().decode()
+        for _ in range(8)
+    ]
+    checked = "supercalifragilistic" * 100  # long enough to matter, short for open_clip
+    body = {"model_name": CLIP_ARCH, "pretrained": str(clip_loaded), "text": [checked, *words]}
+    infer(client, clip_loaded, text="warm up")  # the tokenizer is loaded once per model
+    outcomes: list[tuple[httpx.Response, float]] = []
+
+    def heavy() -> None:
+        started = time.monotonic()
+        response = httpx.post(server.url + "/infer", json=body, timeout=120)
+        outcomes.append((response, time.monotonic() - started))
+
+    workers = [threading.Thread(target=heavy) for _ in range(3)]
+    for worker in workers:
+        worker.start()
+    latencies = []
+    while any(worker.is_alive() for worker in workers):
+        started = time.monotonic()
+        assert client.get("/health").status_code == 200
+        latencies.append(time.monotonic() - started)
+        time.sleep(0.02)
+    for worker in workers:
+        worker.join()
+    assert [r.status_code for r, _ in outcomes] == [200, 200, 200], outcomes[0][0].text
+    assert max(seconds for _, seconds in outcomes) < 15, [s for _, s in outcomes]
+    assert max(latencies) < 0.2, max(latencies)
+    with torch.no_grad():
+        want = model.encode_text(tokenizer([checked])).numpy()
+    for response, _ in outcomes:
+        got = np.array(response.json()["text_embeddings"][:1], dtype=np.float32)
+        assert cosine_rows(got, want).min() >= 0.999
+
+
 def test_private_urls_are_refused_by_default(server, clip_loaded, image_server, tiny_models):
     """An API with the default setting refuses loopback and metadata addresses (400)."""
     with api_without_triton(

@@ -12,9 +12,10 @@ from selenium import webdriver
 from selenium.webdriver.chrome.options import Options
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support.ui import WebDriverWait
 
-from tests.conftest import ARTIFACTS, DEFAULT_MODEL
+from tests.conftest import ARTIFACTS, DEFAULT_MODEL, api_without_triton
 
 pytestmark = pytest.mark.integration
 
@@ -95,3 +96,15 @@ def test_dashboard_shows_models_and_live_request_rate(server, browser, traffic):
     assert browser.save_screenshot(str(ARTIFACTS / "dashboard.png"))
     names = [e.text for e in browser.find_elements(By.CLASS_NAME, "model-name")]
     assert DEFAULT_MODEL in names
+
+
+def test_the_dashboard_sends_the_api_key_it_is_given(browser, tmp_path):
+    """With EMBED_API_KEY_INFER its data needs the key: the page says so, then sends the
+    key typed into it (only the API runs here; the data answers without Triton)."""
+    settings = {"EMBED_API_KEY": "dashboard-key", "EMBED_API_KEY_INFER": "true"}
+    with api_without_triton(tmp_path / "repository", **settings) as url:
+        browser.get(url + "/dashboard")
+        wait = WebDriverWait(browser, 30, poll_frequency=0.3)
+        wait.until(lambda d: "API key" in d.find_element(By.ID, "status").text)
+        browser.find_element(By.ID, "key").send_keys("dashboard-key", Keys.TAB)
+        wait.until(lambda d: "updated" in d.find_element(By.ID, "status").text)

@@ -2,6 +2,8 @@
 
 One server for this module runs with two API workers, a low in-flight limit, a small
 Triton queue, a limit of two loaded models and an API key, so each protection is live.
+Its Triton is exposed (a split deployment) with a key, so every test here also shows the
+API working against a Triton whose APIs demand that key.
 """
 
 from __future__ import annotations
@@ -19,8 +21,11 @@ import httpx
 import numpy as np
 import psutil
 import pytest
+import tritonclient.grpc as grpcclient
 from sentence_transformers import SentenceTransformer
+from tritonclient.utils import InferenceServerException
 
+from embed_server.triton_access import GRPC_HEADER, HTTP_HEADER
 from tests.conftest import (
     ARTIFACTS,
     HUB_TEST_ID,
@@ -34,6 +39,7 @@ pytestmark = pytest.mark.integration
 
 KEY = "test-secret-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}
+TRITON_KEY = "test-triton-key"
 
 
 def robust_env(tiny_models) -> dict[str, str]:
@@ -46,6 +52,8 @@ def robust_env(tiny_models) -> dict[str, str]:
         "EMBED_TRITON_MAX_QUEUE_SIZE": "2",
         "EMBED_MAX_LOADED_MODELS": "2",
         "EMBED_API_KEY": KEY,
+        "EMBED_TRITON_HOST": "0.0.0.0",
+        "EMBED_TRITON_API_KEY": TRITON_KEY,
         "EMBED_MAX_ITEMS_PER_REQUEST": "50",
         "EMBED_MAX_TEXT_CHARS": "2000",
         "EMBED_MAX_BODY_BYTES": "200000",
@@ -111,6 +119,42 @@ def test_management_needs_the_api_key(robust, tiny_models):
     ok = httpx.post(robust.url + "/load_sentence_transformer_model", json=body, headers=AUTH)
     assert ok.status_code == 200
     assert embed(robust, str(tiny_models.cls_no_normalize), ["no key needed"]).status_code == 200
+
+
+def test_an_exposed_triton_demands_its_key_from_everyone_but_the_api(robust, tiny_models):
+    """Only 127.0.0.1 is contacted; Triton listens on every interface here."""
+    model = str(tiny_models.cls_no_normalize)
+    models = httpx.get(robust.url + "/loaded_models").json()["models"]
+    name = next(m["triton_models"]["text"] for m in models if m["model_name"] == model)
+    triton = f"http://127.0.0.1:{robust.triton_http_port}"
+    load = f"{triton}/v2/repository/models/{name}/load"
+    for headers in ({}, {HTTP_HEADER: "wrong"}, {"Authorization": f"Bearer {TRITON_KEY}"}):
+        for url in (f"{triton}/v2/repository/index", load):
+            refused = httpx.post(url, headers=headers, timeout=30)
+            assert refused.status_code == 403, (url, headers, refused.text)
+    grpc = grpcclient.InferenceServerClient(f"127.0.0.1:{robust.triton_grpc_port}")
+    with pytest.raises(InferenceServerException, match="restricted"):
+        grpc.get_model_repository_index()
+    assert grpc.is_server_live()  # health stays open: liveness probes need no secret
+    keyed = grpc.get_model_repository_index(headers={GRPC_HEADER: TRITON_KEY}, as_json=True)
+    assert name in {m["name"] for m in keyed["models"]}
+    grpc.close()
+
+    with_key = {HTTP_HEADER: TRITON_KEY}
+    index = httpx.post(f"{triton}/v2/repository/index", headers=with_key, timeout=30)
+    assert index.status_code == 200 and name in {m["name"] for m in index.json()}
+    assert httpx.post(load, headers=with_key, timeout=120).status_code == 200
+    # The API holds the key: its management and inference calls keep working.
+    reload = httpx.post(
+        robust.url + "/load_sentence_transformer_model",
+        json={"model_name": model},
+        headers=AUTH,
+        timeout=300,
+    )
+    assert reload.status_code == 200, reload.text
+    assert embed(robust, model, ["through a restricted Triton"]).status_code == 200
+    assert httpx.get(robust.url + "/metrics", timeout=30).status_code == 200
+    assert TRITON_KEY not in robust.log_path.read_text()
 
 
 def test_oversize_requests_are_refused_and_change_nothing(robust, tiny_models):
@@ -420,3 +464,40 @@ def test_fuzzing_the_openapi_schema_finds_no_server_errors(server):
     assert result.returncode == 0, "\n".join(
         [result.stdout[-4000:], "server log:", *supervisor_lines, *server_log[-60:]]
     )
+
+
+def test_a_model_that_cannot_be_restored_is_reported_not_retried_forever(robust, tiny_models):
+    """A model whose files broke while loaded: after a Triton restart its restore fails.
+    Inference on it says so (500 with the reason), /ready names it, the other models
+    serve, and loading it again once it is repaired clears the failure."""
+    default, model = str(tiny_models.cls_no_normalize), str(tiny_models.mean_dense)
+    body = {"model_name": model}
+    load = robust.url + "/load_sentence_transformer_model"
+    assert httpx.post(load, json=body, headers=AUTH, timeout=300).status_code == 200
+    listed = httpx.get(robust.url + "/repository_models", headers=AUTH, timeout=30).json()
+    folder = next(m for m in listed["models"] if m["model_name"] == model)["triton_models"]
+    weights = robust.repository / folder["text"] / "1" / "model.onnx"
+    intact = weights.read_bytes()
+    weights.write_bytes(b"not an onnx model")
+    try:
+        _kill_tritonserver(robust)
+        time.sleep(0.3)
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            response = embed(robust, model, ["after the restart"])
+            if response.status_code != 503:
+                break
+            time.sleep(0.3)
+        assert response.status_code == 500, response.text
+        detail = response.json()["detail"]
+        assert detail.startswith(f"model_name: {model!r} could not be restored: "), detail
+        assert detail.endswith("load it again") and "Traceback" not in detail
+        assert str(robust.repository) not in detail
+        assert embed(robust, default, ["still serving"]).status_code == 200
+        ready = wait_until(robust, "/ready", timeout_s=120)
+        assert model in ready.json()["message"]
+    finally:
+        weights.write_bytes(intact)
+    assert httpx.post(load, json=body, headers=AUTH, timeout=300).status_code == 200
+    assert embed(robust, model, ["repaired"]).status_code == 200
+    assert httpx.get(robust.url + "/ready", timeout=30).json()["message"] == "ready"

@@ -7,7 +7,7 @@ import pytest
 from open_clip.tokenizer import HFTokenizer
 
 from converters.clip import _tokenizer_metadata
-from embed_server.preprocessing.clip_hf_tokenizer import HfClipTokenizer
+from embed_server.preprocessing.clip_text import ClipTextTokenizer
 from tests.clip_hub import byte_level_bpe_tokenizer, unigram_tokenizer
 
 TEXTS = [
@@ -37,7 +37,7 @@ def test_token_ids_match_open_clip(tmp_path, builder, options):
     served_dir = tmp_path / "served"
     served_dir.mkdir()
     settings = _tokenizer_metadata(reference, served_dir)
-    served = HfClipTokenizer(served_dir / settings["tokenizer_file"], settings)
+    served = ClipTextTokenizer.from_model_dir(served_dir, settings)
     ids, counts = served(TEXTS)
     want = reference(TEXTS).numpy()
     np.testing.assert_array_equal(ids, want)

@@ -81,6 +81,8 @@ def test_image_fetch_failures_are_counted_by_reason():
             total_timeout_s=1,
             max_bytes=100,
             max_redirects=0,
+            pool_size=4,
+            fetches_per_request=2,
         )
         try:
             await fetcher.fetch(0, "ftp://example.com/cat.png")

@@ -207,7 +207,9 @@ def test_the_gateway_translates_tritons_http_errors(reply, error):
         async with StandIn(lambda _: reply) as triton:
             gateway = TritonGateway("127.0.0.1:1", f"http://127.0.0.1:{triton.port}", 5.0)
             try:
-                await gateway.infer("m", {"input_ids": np.ones((1, 2), np.int64)}, ["embedding"])
+                await gateway.infer(
+                    "m", {"input_ids": np.ones((1, 2), np.int64)}, ["embedding"], timeout_s=5.0
+                )
             finally:
                 await gateway.close()
 
@@ -221,7 +223,10 @@ def test_the_gateway_returns_the_requested_outputs():
             gateway = TritonGateway("127.0.0.1:1", f"http://127.0.0.1:{triton.port}", 5.0)
             try:
                 result = await gateway.infer(
-                    "a model/with slash", {"input_ids": np.ones((1, 2), np.int64)}, ["embedding"]
+                    "a model/with slash",
+                    {"input_ids": np.ones((1, 2), np.int64)},
+                    ["embedding"],
+                    timeout_s=5.0,
                 )
             finally:
                 await gateway.close()
