@@ -4,7 +4,7 @@ The API starts conversions this way so that minutes of torch work never share th
 loop or the GIL with request handling, memory is returned when the process exits, and a
 killed conversion can only leave a staging folder behind. The protocol is one JSON object
 per stdout line: ``{"stage": ...}`` while working, then ``{"result": ...}`` or
-``{"error": ..., "reason": "not_found" | "failed"}``.
+``{"error": ..., "reason": "not_found" | "too_large" | "failed"}``.
 
 The source is found and checked (``converters.sources``, torch-free) before a family's
 converter module is imported: importing torch and open_clip costs seconds, which a name
@@ -19,7 +19,12 @@ import os
 import sys
 from pathlib import Path
 
-from converters.sources import SourceNotFound, check_clip_source, resolve_sentence_transformer
+from converters.sources import (
+    DownloadTooLarge,
+    SourceNotFound,
+    check_clip_source,
+    resolve_sentence_transformer,
+)
 from converters.triton_config import DeploymentOptions
 
 EXIT_NOT_FOUND = 2
@@ -64,6 +69,9 @@ def main(argv: list[str] | None = None) -> int:
     except SourceNotFound as error:
         _emit({"error": str(error), "reason": "not_found"})
         return EXIT_NOT_FOUND
+    except DownloadTooLarge as error:
+        _emit({"error": str(error), "reason": "too_large"})
+        return EXIT_FAILED
     except Exception as error:
         _emit({"error": f"{type(error).__name__}: {error}", "reason": "failed"})
         return EXIT_FAILED

@@ -11,7 +11,6 @@ import asyncio
 import json
 import logging
 import os
-import re
 import sys
 from collections.abc import Callable
 from dataclasses import asdict
@@ -20,20 +19,16 @@ from typing import Any
 
 from converters.layout import write_metadata
 from converters.triton_config import DeploymentOptions
-from embed_server.errors import ConversionFailed, ModelNotFound
+from embed_server.errors import (
+    ConversionFailed,
+    ModelNotFound,
+    PayloadTooLarge,
+    ServiceError,
+    redact_paths,
+)
 from embed_server.model_names import ModelRef
 
 logger = logging.getLogger(__name__)
-_ABSOLUTE_PATH = re.compile(r"(?<![\w.])/[^\s'\"]+")
-
-
-def redact_paths(message: str, allowed: set[str]) -> str:
-    """Hide internal paths from error bodies; paths the caller sent may be echoed back."""
-    return _ABSOLUTE_PATH.sub(
-        lambda m: m.group(0) if m.group(0).rstrip(".,:;)") in allowed else "<path>", message
-    )
-
-
 _PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -126,6 +121,13 @@ def _keep_given_names(ref: ModelRef, out_dir: Path, result: dict[str, Any]) -> d
     return result
 
 
+# The converter's refusals that are the caller's to fix, by the reason it reports.
+_REFUSALS: dict[str, type[ServiceError]] = {
+    "not_found": ModelNotFound,
+    "too_large": PayloadTooLarge,
+}
+
+
 async def run_converter(
     ref: ModelRef,
     out_dir: Path,
@@ -155,9 +157,10 @@ async def run_converter(
     if returncode == 0 and "result" in outcome:
         return _keep_given_names(ref, out_dir, outcome["result"])
     given = {ref.name, ref.pretrained or ""}
-    if outcome.get("reason") == "not_found":
+    refusal = _REFUSALS.get(str(outcome.get("reason")))
+    if refusal is not None:
         reason = _given_paths(ref, str(outcome["error"]))
-        raise ModelNotFound(f"model_name: {redact_paths(reason, given)}")
+        raise refusal(f"model_name: {redact_paths(reason, given)}")
     logger.error("conversion of %s failed: %s", model_name, stderr.decode(errors="replace")[-4000:])
     reason = outcome.get("error") or f"converter exited with status {returncode}"
     raise ConversionFailed(

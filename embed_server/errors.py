@@ -7,6 +7,17 @@ never carry stack traces or internal paths.
 
 from __future__ import annotations
 
+import re
+
+_ABSOLUTE_PATH = re.compile(r"(?<![\w.])/[^\s'\"]+")
+
+
+def redact_paths(message: str, allowed: set[str]) -> str:
+    """Hide internal paths from error bodies; paths the caller sent may be echoed back."""
+    return _ABSOLUTE_PATH.sub(
+        lambda m: m.group(0) if m.group(0).rstrip(".,:;)") in allowed else "<path>", message
+    )
+
 
 class ServiceError(Exception):
     status_code = 500

@@ -12,9 +12,9 @@ from collections.abc import Callable
 from typing import Any
 
 from converters.triton_config import DeploymentOptions
-from embed_server.conversion import redact_paths, run_converter
+from embed_server.conversion import run_converter
 from embed_server.conversion_slots import ConversionSlots
-from embed_server.errors import ModelNotFound, Overloaded, ServiceError
+from embed_server.errors import ModelNotFound, Overloaded, ServiceError, redact_paths
 from embed_server.inflight import InflightTracker
 from embed_server.loaded_set import LoadedSet
 from embed_server.model_lock import ModelLocks

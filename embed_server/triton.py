@@ -25,6 +25,7 @@ from embed_server.errors import (
     Overloaded,
     TritonError,
     TritonUnavailable,
+    redact_paths,
 )
 from embed_server.triton_access import grpc_headers, http_headers
 from embed_server.triton_http import (
@@ -184,7 +185,11 @@ class TritonGateway:
             translated = _translate(error)
             if isinstance(translated, TritonUnavailable):
                 raise translated from None
-            raise TritonError(f"Triton could not load {model!r}: {error.message()}") from None
+            # Triton's message holds its model paths and, for the Python backend, a stack:
+            # the first line says what went wrong, the rest stays in Triton's log.
+            lines = str(error.message() or "").strip().splitlines()
+            reason = redact_paths(lines[0] if lines else "no reason given", set())
+            raise TritonError(f"Triton could not load {model!r}: {reason}") from None
 
     async def unload(self, model: str) -> None:
         async with self._repository_lock:

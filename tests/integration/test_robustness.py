@@ -412,6 +412,43 @@ def test_a_hung_triton_is_killed_and_restarted_with_its_models(robust, tiny_mode
             os.kill(hung, signal.SIGKILL)
 
 
+def test_a_model_that_cannot_be_restored_is_reported_not_retried_forever(robust, tiny_models):
+    """A model whose files broke while loaded: after a Triton restart its restore fails.
+    Inference on it says so (500 with the reason), /ready names it, the other models
+    serve, and loading it again once it is repaired clears the failure."""
+    default, model = str(tiny_models.cls_no_normalize), str(tiny_models.mean_dense)
+    body = {"model_name": model}
+    load = robust.url + "/load_sentence_transformer_model"
+    assert httpx.post(load, json=body, headers=AUTH, timeout=300).status_code == 200
+    listed = httpx.get(robust.url + "/repository_models", headers=AUTH, timeout=30).json()
+    folder = next(m for m in listed["models"] if m["model_name"] == model)["triton_models"]
+    weights = robust.repository / folder["text"] / "1" / "model.onnx"
+    intact = weights.read_bytes()
+    weights.write_bytes(b"not an onnx model")
+    try:
+        _kill_tritonserver(robust)
+        time.sleep(0.3)
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            response = embed(robust, model, ["after the restart"])
+            if response.status_code != 503:
+                break
+            time.sleep(0.3)
+        assert response.status_code == 500, response.text
+        detail = response.json()["detail"]
+        assert detail.startswith(f"model_name: {model!r} could not be restored: "), detail
+        assert detail.endswith("load it again") and "Traceback" not in detail
+        assert str(robust.repository) not in detail
+        assert embed(robust, default, ["still serving"]).status_code == 200
+        ready = wait_until(robust, "/ready", timeout_s=120)
+        assert model in ready.json()["message"]
+    finally:
+        weights.write_bytes(intact)
+    assert httpx.post(load, json=body, headers=AUTH, timeout=300).status_code == 200
+    assert embed(robust, model, ["repaired"]).status_code == 200
+    assert httpx.get(robust.url + "/ready", timeout=30).json()["message"] == "ready"
+
+
 def test_api_restart_restores_the_loaded_models(robust, tmp_path_factory, tiny_models):
     loaded_before = {
         m["model_name"] for m in httpx.get(robust.url + "/loaded_models").json()["models"]
@@ -464,40 +501,3 @@ def test_fuzzing_the_openapi_schema_finds_no_server_errors(server):
     assert result.returncode == 0, "\n".join(
         [result.stdout[-4000:], "server log:", *supervisor_lines, *server_log[-60:]]
     )
-
-
-def test_a_model_that_cannot_be_restored_is_reported_not_retried_forever(robust, tiny_models):
-    """A model whose files broke while loaded: after a Triton restart its restore fails.
-    Inference on it says so (500 with the reason), /ready names it, the other models
-    serve, and loading it again once it is repaired clears the failure."""
-    default, model = str(tiny_models.cls_no_normalize), str(tiny_models.mean_dense)
-    body = {"model_name": model}
-    load = robust.url + "/load_sentence_transformer_model"
-    assert httpx.post(load, json=body, headers=AUTH, timeout=300).status_code == 200
-    listed = httpx.get(robust.url + "/repository_models", headers=AUTH, timeout=30).json()
-    folder = next(m for m in listed["models"] if m["model_name"] == model)["triton_models"]
-    weights = robust.repository / folder["text"] / "1" / "model.onnx"
-    intact = weights.read_bytes()
-    weights.write_bytes(b"not an onnx model")
-    try:
-        _kill_tritonserver(robust)
-        time.sleep(0.3)
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline:
-            response = embed(robust, model, ["after the restart"])
-            if response.status_code != 503:
-                break
-            time.sleep(0.3)
-        assert response.status_code == 500, response.text
-        detail = response.json()["detail"]
-        assert detail.startswith(f"model_name: {model!r} could not be restored: "), detail
-        assert detail.endswith("load it again") and "Traceback" not in detail
-        assert str(robust.repository) not in detail
-        assert embed(robust, default, ["still serving"]).status_code == 200
-        ready = wait_until(robust, "/ready", timeout_s=120)
-        assert model in ready.json()["message"]
-    finally:
-        weights.write_bytes(intact)
-    assert httpx.post(load, json=body, headers=AUTH, timeout=300).status_code == 200
-    assert embed(robust, model, ["repaired"]).status_code == 200
-    assert httpx.get(robust.url + "/ready", timeout=30).json()["message"] == "ready"

@@ -210,7 +210,7 @@ def test_a_hub_model_over_the_download_limit_is_refused_before_downloading(
         json.dumps({"max_download_bytes": 2 * 1024**3}),
         env={**hf_env, "HF_ENDPOINT": huge_hub.url},
     )
-    assert message["reason"] == "failed"
+    assert message["reason"] == "too_large"
     assert "3,221,226,472 bytes" in message["error"]  # the selected files: 3 GiB + 1000 bytes
     assert "EMBED_MAX_DOWNLOAD_BYTES" in message["error"]
     assert not [r for r in huge_hub.requests if "/resolve/" in r], huge_hub.requests
