@@ -52,29 +52,65 @@ class TritonWatcher:
         strict readiness Triton reports not-ready while any model loads, and treating that
         as an outage would start a restore in the middle of someone's load.
 
-        A restore that fails as a whole is tried again on the next cycle: Triton counts as
-        seen only once its restore went through.
+        The restore runs beside the polling, never inside it: a restore waiting on a Triton
+        that hangs must not stop this loop from seeing the hang (requests are refused at
+        once only after it is seen). A restore whose Triton goes away is cancelled; one
+        that fails as a whole is tried again after a back-off.
         """
         was_live = False
+        restore: asyncio.Task[None] | None = None
+        retry_at: float | None = None
         backoff_s = self._interval_s
-        while True:
-            try:
-                was_live = await self._cycle(was_live)
-                backoff_s = self._interval_s
-            except Exception:
-                backoff_s = min(backoff_s * 2, _MAX_BACKOFF_S)
-                logger.exception("Triton watcher cycle failed; retrying in %.1f s", backoff_s)
-            await asyncio.sleep(backoff_s)
+        loop = asyncio.get_running_loop()
+        try:
+            while True:
+                try:
+                    live = await self._poll()
+                    if not live:
+                        if was_live:
+                            logger.warning("Triton is down; inference answers 503 until it returns")
+                        _cancel(restore)
+                        restore = retry_at = None
+                    elif not was_live:
+                        logger.info("Triton is up; restoring models")
+                        restore, backoff_s = self._start_restore(restore), self._interval_s
+                    elif _failed(restore) and retry_at is None:
+                        backoff_s = min(backoff_s * 2, _MAX_BACKOFF_S)
+                        retry_at = loop.time() + backoff_s
+                        logger.error(
+                            "Triton watcher cycle failed: restoring models raised %r; "
+                            "retrying in %.1f s",
+                            restore.exception() if restore is not None else None,
+                            backoff_s,
+                        )
+                    elif retry_at is not None and loop.time() >= retry_at:
+                        restore, retry_at = self._start_restore(restore), None
+                    was_live = live
+                except Exception:
+                    logger.exception("Triton watcher cycle failed; going on")
+                await asyncio.sleep(self._interval_s)
+        finally:
+            _cancel(restore)
 
-    async def _cycle(self, was_live: bool) -> bool:
-        """One look at Triton; returns whether it is live (and restored)."""
+    async def _poll(self) -> bool:
+        """Whether Triton is live now; what /health and the fast 503s read."""
         live = await self._triton.is_live()
         ready = live and await self._triton.is_ready()
         self._triton.last_known_ready = ready
         self._triton.last_known_live = live
-        if live and not was_live:
-            logger.info("Triton is up; restoring models")
-            await self._models.restore(self._defaults)
-        elif was_live and not live:
-            logger.warning("Triton is down; inference answers 503 until it returns")
         return live
+
+    def _start_restore(self, previous: asyncio.Task[None] | None) -> asyncio.Task[None]:
+        _cancel(previous)
+        return asyncio.create_task(self._models.restore(self._defaults))
+
+
+def _cancel(task: asyncio.Task[None] | None) -> None:
+    if task is not None and not task.done():
+        task.cancel()
+
+
+def _failed(task: asyncio.Task[None] | None) -> bool:
+    return (
+        task is not None and task.done() and not task.cancelled() and task.exception() is not None
+    )

@@ -74,6 +74,41 @@ def test_the_watcher_is_restarted_whenever_its_loop_ends(monkeypatch):
     asyncio.run(main())
 
 
+class HangingModels:
+    """A restore stuck on a Triton that stopped answering; notes its cancellation."""
+
+    def __init__(self) -> None:
+        self.started = self.cancelled = False
+
+    async def restore(self, default_models: list[str]) -> None:
+        self.started = True
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            self.cancelled = True
+            raise
+
+
+def test_a_restore_stuck_on_a_hung_triton_does_not_hide_the_hang():
+    """Requests are refused at once only once the watcher has seen Triton stop answering;
+    a restore in progress must not keep it from looking."""
+    triton = FakeTriton()
+    models = HangingModels()
+    watcher = TritonWatcher(triton, models, [], interval_s=0.01)  # type: ignore[arg-type]
+
+    async def run() -> None:
+        task = asyncio.create_task(watcher.run())
+        try:
+            await _until(lambda: models.started)
+            triton.live = False
+            await _until(lambda: not triton.last_known_live, timeout_s=1.0)
+            await _until(lambda: models.cancelled, timeout_s=1.0)
+        finally:
+            task.cancel()
+
+    asyncio.run(run())
+
+
 @pytest.fixture
 def service(tmp_path):
     triton = FakeTriton()
