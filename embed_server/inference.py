@@ -102,8 +102,7 @@ class InferenceService:
     def _model(self, ref: ModelRef) -> dict[str, Any]:
         metadata = self._repository.metadata(ref.primary)
         if metadata is None:
-            label = ref.name if ref.pretrained is None else f"{ref.name} ({ref.pretrained})"
-            raise ModelNotFound(f"model_name: {label!r} is not loaded")
+            raise ModelNotFound(f"model_name: {ref.label!r} is not loaded")
         return metadata
 
     async def _tokenizer(self, ref: ModelRef, metadata: dict[str, Any]) -> Any:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from embed_server.durable_file import replace_durably
+from embed_server.model_names import model_label
 
 logger = logging.getLogger(__name__)
 
@@ -39,9 +40,7 @@ class RestoreFailure:
 
     @property
     def label(self) -> str:
-        return (
-            self.model_name if self.pretrained is None else f"{self.model_name} ({self.pretrained})"
-        )
+        return model_label(self.model_name, self.pretrained)
 
 
 def _parse(data: bytes) -> list[dict[str, Any]]:

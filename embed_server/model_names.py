@@ -21,6 +21,11 @@ _HUB_ID = re.compile(rf"^(?:{_HUB_PART}/)?{_HUB_PART}$")
 _SLUG_UNSAFE = re.compile(r"[^A-Za-z0-9-]+")
 
 
+def model_label(name: str, pretrained: str | None) -> str:
+    """How messages and logs name a model: its name, and its weights when it has a tag."""
+    return name if pretrained is None else f"{name} ({pretrained})"
+
+
 @dataclass(frozen=True)
 class ModelRef:
     """A validated model name and the Triton model(s) that serve it, by role."""
@@ -35,6 +40,10 @@ class ModelRef:
     # identity (display, Triton names, the loaded set).
     name_path: str | None = None
     pretrained_path: str | None = None
+
+    @property
+    def label(self) -> str:
+        return model_label(self.name, self.pretrained)
 
     @property
     def primary(self) -> str:

@@ -22,6 +22,7 @@ from embed_server.model_names import (
     HF_HUB_PREFIX,
     ModelRef,
     clip_ref,
+    model_label,
     sentence_transformer_ref,
 )
 from embed_server.observability.metrics import CONVERSIONS
@@ -96,7 +97,7 @@ class ModelManager:
                 ready = [await self._triton.is_model_ready(n) for n in names]
                 if all(ready):
                     self.loaded_set.add(ref.name, ref.pretrained)
-                    return f"Model {_label(ref)} is already loaded."
+                    return f"Model {ref.label} is already loaded."
             else:
                 await self._convert(ref, on_stage)
             evicted = await self._make_room(ref)
@@ -106,8 +107,8 @@ class ModelManager:
             for name in names:
                 await self._triton.load(name, self._settings.conversion_timeout_s)
             self.loaded_set.add(ref.name, ref.pretrained)
-            logger.info("loaded %s in %.1f s", _label(ref), time.perf_counter() - started)
-            message = f"Model {_label(ref)} loaded."
+            logger.info("loaded %s in %.1f s", ref.label, time.perf_counter() - started)
+            message = f"Model {ref.label} loaded."
             if evicted:
                 message += (
                     f" Unloaded {', '.join(evicted)} to stay within "
@@ -163,9 +164,7 @@ class ModelManager:
                 for name in meta["triton_models"].values():
                     await self._triton.unload(name)
                 self.loaded_set.remove(meta["model_name"], meta.get("pretrained"))
-            label = meta["model_name"] + (
-                f" ({meta['pretrained']})" if meta.get("pretrained") else ""
-            )
+            label = model_label(meta["model_name"], meta.get("pretrained"))
             logger.info("evicted %s (least recently used)", label)
             evicted.append(label)
         if len(evicted) < needed:
@@ -195,17 +194,17 @@ class ModelManager:
             finally:
                 self._repository.discard(staging)
                 CONVERSIONS.labels(ref.kind, outcome).observe(time.perf_counter() - started)
-        logger.info("converted %s in %.1f s", _label(ref), time.perf_counter() - started)
+        logger.info("converted %s in %.1f s", ref.label, time.perf_counter() - started)
 
     async def unload(self, ref: ModelRef) -> str:
         async with self._locks.hold(ref.primary):
             ready = [n for n in ref.triton_models.values() if await self._triton.is_model_ready(n)]
             if not ready:
-                raise ModelNotFound(f"model_name: {_label(ref)!r} is not loaded")
+                raise ModelNotFound(f"model_name: {ref.label!r} is not loaded")
             for name in ready:
                 await self._triton.unload(name)
             self.loaded_set.remove(ref.name, ref.pretrained)
-            return f"Model {_label(ref)} unloaded."
+            return f"Model {ref.label} unloaded."
 
     async def delete(self, ref: ModelRef) -> str:
         async with self._locks.hold(ref.primary):
@@ -213,12 +212,12 @@ class ModelManager:
             ready = [n for n in names if await self._triton.is_model_ready(n)]
             in_repository = any(self._repository.path(n).is_dir() for n in names)
             if not in_repository and not ready:
-                raise ModelNotFound(f"model_name: {_label(ref)!r} is not in the model repository")
+                raise ModelNotFound(f"model_name: {ref.label!r} is not in the model repository")
             for name in ready:
                 await self._triton.unload(name)
             self.loaded_set.remove(ref.name, ref.pretrained)
             self._repository.delete(names, ref.primary)
-            return f"Model {_label(ref)} deleted."
+            return f"Model {ref.label} deleted."
 
     async def _loaded_metadata(self) -> list[dict[str, Any]]:
         ready = await self._triton.ready_models()
@@ -270,10 +269,6 @@ def _restore_reason(error: Exception, given: set[str]) -> str:
     if isinstance(error, OSError) and error.strerror:
         return f"{type(error).__name__}: {error.strerror}"
     return f"{type(error).__name__} (see the server log)"
-
-
-def _label(ref: ModelRef) -> str:
-    return ref.name if ref.pretrained is None else f"{ref.name} ({ref.pretrained})"
 
 
 def _summary(meta: dict[str, Any]) -> dict[str, Any]:
