@@ -30,14 +30,6 @@ def _log(message: str) -> None:
     print(f"[serve] {message}", flush=True)
 
 
-def _connect_host(bind_host: str) -> str:
-    """Where this machine reaches a server bound to ``bind_host`` (a wildcard bind is
-    reached on loopback), written for a URL."""
-    if bind_host in ("0.0.0.0", "::", ""):
-        return "127.0.0.1"
-    return f"[{bind_host}]" if ":" in bind_host else bind_host
-
-
 def _triton_live(host: str, port: int) -> bool:
     """Triton's health API, which stays open when its other APIs demand a key."""
     try:
@@ -102,7 +94,7 @@ class Supervisor:
         self.triton: subprocess.Popen[bytes] | None = None
         self.api: subprocess.Popen[bytes] | None = None
         self.stopping = False
-        self.triton_address = _connect_host(settings.triton_host)
+        self.triton_address = settings.triton_connect_host()
 
     def start_triton(self) -> None:
         env = dict(os.environ)
@@ -124,10 +116,6 @@ class Supervisor:
         env = dict(os.environ)
         env.setdefault(
             "EMBED_TRITON_GRPC_URL", f"{self.triton_address}:{self.settings.triton_grpc_port}"
-        )
-        env.setdefault(
-            "EMBED_TRITON_METRICS_URL",
-            f"http://{self.triton_address}:{self.settings.triton_metrics_port}/metrics",
         )
         if self.settings.workers > 1 and "PROMETHEUS_MULTIPROC_DIR" not in env:
             # Each worker counts in its own files here; a scrape of any worker sums them.

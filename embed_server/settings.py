@@ -152,8 +152,18 @@ class Settings(BaseSettings):
         host = self.triton_grpc_url.rsplit(":", 1)[0] or "127.0.0.1"
         return self.triton_http_url or f"http://{host}:{self.triton_http_port}"
 
+    def triton_connect_host(self) -> str:
+        """Where this machine reaches the Triton it starts, written for a URL: a wildcard
+        bind is reached on loopback."""
+        host = self.triton_host
+        if host in ("0.0.0.0", "::", ""):
+            return "127.0.0.1"
+        return f"[{host}]" if ":" in host else host
+
     def resolved_triton_metrics_url(self) -> str:
-        return self.triton_metrics_url or f"http://127.0.0.1:{self.triton_metrics_port}/metrics"
+        return self.triton_metrics_url or (
+            f"http://{self.triton_connect_host()}:{self.triton_metrics_port}/metrics"
+        )
 
     def resolved_instance_count(self) -> int:
         if self.instance_count:

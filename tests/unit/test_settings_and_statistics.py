@@ -51,3 +51,13 @@ def test_inference_url_follows_the_grpc_host_unless_given():
     assert remote.resolved_triton_http_url() == "http://triton:9000"
     given = Settings(triton_http_url="http://other:1234")
     assert given.resolved_triton_http_url() == "http://other:1234"
+
+
+def test_the_api_reaches_triton_where_triton_binds():
+    """A wildcard bind is reached on loopback; a specific address on that address."""
+    assert Settings(triton_host="0.0.0.0").resolved_triton_metrics_url() == (
+        "http://127.0.0.1:8002/metrics"
+    )
+    assert Settings(triton_host="10.1.2.3").triton_connect_host() == "10.1.2.3"
+    assert Settings(triton_host="fd00::5").triton_connect_host() == "[fd00::5]"
+    assert Settings().resolved_triton_metrics_url() == "http://127.0.0.1:8002/metrics"
