@@ -5,12 +5,14 @@ service asked of it."""
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from converters.layout import METADATA_FILE
+from embed_server.image_fetch import ImageFetcher
 from embed_server.inference import InferenceService, RequestLimits
 from embed_server.inflight import InflightTracker
 from embed_server.loaded_set import LoadedSet
@@ -55,8 +57,11 @@ class FakeTriton:
         return {name: np.zeros((1, 4), np.float32) for name in outputs}
 
 
-def add_converted_model(repository_root: Path, model_name: str, triton_name: str) -> None:
-    """A model folder the repository counts as complete (no real weights)."""
+def add_converted_model(
+    repository_root: Path, model_name: str, triton_name: str, **metadata: Any
+) -> None:
+    """A model folder the repository counts as complete (no real weights); ``metadata``
+    adds to or replaces the sentence-transformer defaults (a CLIP model's, say)."""
     folder = repository_root / triton_name
     folder.mkdir(parents=True)
     (folder / "config.pbtxt").write_text(f'name: "{triton_name}"\n')
@@ -64,22 +69,27 @@ def add_converted_model(repository_root: Path, model_name: str, triton_name: str
         "kind": "sentence_transformer",
         "model_name": model_name,
         "triton_models": {"text": triton_name},
+        **metadata,
     }
     (folder / METADATA_FILE).write_text(json.dumps(metadata))
 
 
 def inference_service(
-    repository_root: Path, triton: FakeTriton, deadline_s: float = 5.0
+    repository_root: Path,
+    triton: FakeTriton,
+    deadline_s: float = 5.0,
+    fetcher: ImageFetcher | None = None,
+    limits: RequestLimits | None = None,
 ) -> InferenceService:
-    """An InferenceService over the fake gateway, with no image fetching or pools."""
-    limits = RequestLimits(
+    """An InferenceService over the fake gateway; images only with a real ``fetcher``."""
+    limits = limits or RequestLimits(
         max_items=8, max_text_chars=100, max_images=8, max_pixels=100, deadline_s=deadline_s
     )
     return InferenceService(
         repository=ModelRepository(repository_root),
         triton=triton,  # type: ignore[arg-type]
-        fetcher=None,  # type: ignore[arg-type]
-        image_pool=None,  # type: ignore[arg-type]
+        fetcher=fetcher,  # type: ignore[arg-type]
+        image_pool=ThreadPoolExecutor(2) if fetcher else None,  # type: ignore[arg-type]
         text_pool=None,  # type: ignore[arg-type]
         limits=limits,
         inflight=InflightTracker(),

@@ -8,64 +8,32 @@ from __future__ import annotations
 
 import asyncio
 import time
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
-import numpy as np
-
-from embed_server.image_fetch import ImageFetcher
-from embed_server.inference import InferenceService, RequestLimits
-from embed_server.inflight import InflightTracker
-from embed_server.loaded_set import LoadedSet
+from embed_server.inference import RequestLimits
 from embed_server.model_names import ModelRef
+from tests.unit.fakes import FakeTriton, add_converted_model, inference_service
+from tests.unit.test_image_fetch import fetcher as image_fetcher
 
 REF = ModelRef(name="clip", kind="clip", triton_models={"text": "clip_text", "image": "clip_img"})
-
-
-class _Repository:
-    def metadata(self, name: str) -> dict[str, Any]:
-        return {
-            "kind": "clip",
-            "triton_models": REF.triton_models,
-            "max_batch_size": 64,
-            "image": {"height": 32, "width": 32},
-        }
-
-
-class _Triton:
-    async def infer(
-        self, model: str, inputs: dict[str, np.ndarray], outputs: list[str], timeout_s: float
-    ) -> dict[str, np.ndarray]:
-        return {"embedding": np.zeros((len(inputs["pixels"]), 4), dtype=np.float32)}
 
 
 def test_a_request_of_64_slow_urls_leaves_connections_for_other_requests(image_server, tmp_path):
     """Before, the 64 slow fetches took all 64 connections of the pool for 5 s, and the
     other request's one fast image waited for them."""
-    fetcher = ImageFetcher(
-        allow_private=True,
-        connect_timeout_s=2,
-        read_timeout_s=10,
-        total_timeout_s=20,
-        max_bytes=2_000_000,
-        max_redirects=0,
-        pool_size=64,
-        fetches_per_request=8,
+    fetcher = image_fetcher(read_timeout_s=10, total_timeout_s=20, max_redirects=0)
+    add_converted_model(
+        tmp_path,
+        "clip",
+        "clip_text",
+        kind="clip",
+        triton_models=REF.triton_models,
+        max_batch_size=64,
+        image={"height": 32, "width": 32},
     )
     limits = RequestLimits(
         max_items=512, max_text_chars=1000, max_images=64, max_pixels=10**7, deadline_s=30
     )
-    service = InferenceService(
-        _Repository(),  # type: ignore[arg-type]
-        _Triton(),  # type: ignore[arg-type]
-        fetcher,
-        ThreadPoolExecutor(2),
-        ThreadPoolExecutor(1),
-        limits,
-        InflightTracker(),
-        LoadedSet(tmp_path),
-        1,
-    )
+    service = inference_service(tmp_path, FakeTriton(), fetcher=fetcher, limits=limits)
     slow = [f"{image_server.url}/slow?i={i}" for i in range(64)]
     fast = [f"{image_server.url}/img/square.png"]
 
